@@ -1,0 +1,74 @@
+# quorumlock: `make demo` runs the main job, `make test` runs every test.
+SHELL := /bin/bash
+GO ?= go
+
+# The reaper image cannot be pulled on machines without a registry; the test
+# bed removes its own containers.
+export TESTCONTAINERS_RYUK_DISABLED := true
+# Images built by `make images` from Debian packages.
+export QUORUMLOCK_REDIS_IMAGE ?= quorumlock/redis:bookworm
+export QUORUMLOCK_POSTGRES_IMAGE ?= quorumlock/postgres:bookworm
+# docker, local or auto (docker when the engine answers and the images exist).
+export QUORUMLOCK_TESTBED ?= auto
+
+STATICCHECK_VERSION := v0.8.2
+GOBIN := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: help deps images docker-ok lint test test-go test-local bench fuzz demo build clean
+
+help:
+	@echo "make demo    start the test bed and run the main job"
+	@echo "make test    every test: lint, unit, race, integration on both providers"
+	@echo "make images  build the local Redis and Postgres images from Debian packages"
+	@echo "make deps    install redis-server, postgresql and debootstrap when missing"
+	@echo "make bench   the benchmarks"
+	@echo "make fuzz    run each fuzz target for a while"
+
+deps:
+	@bash scripts/deps.sh
+
+# Builds the images when a Docker engine answers; without one the docker
+# provider is simply not available and the bed uses local processes.
+images: deps
+	@if docker info >/dev/null 2>&1; then \
+		bash compose/images/build.sh; \
+	else \
+		echo "images: no Docker engine answers; skipping (the local provider will be used)"; \
+	fi
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN)/staticcheck ./...
+
+# Every package, with the race detector, on the bed chosen by QUORUMLOCK_TESTBED.
+test-go:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# The bed's own tests and the integration suites again on local processes,
+# so both providers are exercised.
+test-local:
+	QUORUMLOCK_TESTBED=local $(GO) test -count=1 -timeout 15m ./integration/...
+
+test: images lint test-go test-local
+
+bench: images
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
+
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s $$pkg || exit 1; \
+		done; \
+	done
+
+build:
+	$(GO) build ./...
+
+demo: images
+	$(GO) run ./cmd/quorumctl demo
+
+clean:
+	rm -rf compose/bin

@@ -1,0 +1,263 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+// dockerProvider runs the servers as containers through testcontainers-go.
+type dockerProvider struct {
+	cli           *testcontainers.DockerClient
+	redisImage    string
+	postgresImage string
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
+
+func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, error) {
+	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") != "true" {
+		// The reaper image cannot be pulled without a registry; the bed
+		// removes its own containers.
+		return nil, errors.New("set TESTCONTAINERS_RYUK_DISABLED=true (the bed cleans up its own containers)")
+	}
+	p := &dockerProvider{
+		redisImage:    envOr(EnvRedisImage, DefaultRedisImage),
+		postgresImage: envOr(EnvPostgresImage, DefaultPostgresImage),
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(pctx)
+	if err != nil {
+		return nil, fmt.Errorf("docker engine: %w", err)
+	}
+	if _, err := cli.Ping(pctx, client.PingOptions{}); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("docker engine does not answer: %w", err)
+	}
+	var need []string
+	if opts.Redis > 0 {
+		need = append(need, p.redisImage)
+	}
+	if opts.Postgres {
+		need = append(need, p.postgresImage)
+	}
+	for _, img := range need {
+		if _, err := cli.ImageInspect(pctx, img); err != nil {
+			_ = cli.Close()
+			return nil, fmt.Errorf("image %s is not present (no registry to pull from: run `make images`, or set %s/%s): %w",
+				img, EnvRedisImage, EnvPostgresImage, err)
+		}
+	}
+	p.cli = cli
+	return p, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (p *dockerProvider) name() string { return ProviderDocker }
+
+func (p *dockerProvider) hint() string {
+	return "\nthe docker provider needs a running engine and the images " + p.redisImage + " and " + p.postgresImage +
+		": run `make images`, or use QUORUMLOCK_TESTBED=local"
+}
+
+func (p *dockerProvider) close() error { return p.cli.Close() }
+
+// run creates and starts a container and returns it with the host address
+// of its port.
+func (p *dockerProvider) run(ctx context.Context, req testcontainers.ContainerRequest, port string) (*testcontainers.DockerContainer, string, error) {
+	req.Labels = map[string]string{"org.quorumlock.testbed": "1"}
+	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: req, Started: true, Logger: discardLogger{},
+	})
+	var dc *testcontainers.DockerContainer
+	if c != nil {
+		dc, _ = c.(*testcontainers.DockerContainer)
+	}
+	if err != nil {
+		if dc != nil {
+			_ = dc.Terminate(context.Background())
+		}
+		return nil, "", err
+	}
+	if dc == nil {
+		return nil, "", fmt.Errorf("unexpected container type %T", c)
+	}
+	addr, err := hostAddr(ctx, dc, port)
+	if err != nil {
+		_ = dc.Terminate(context.Background())
+		return nil, "", err
+	}
+	return dc, addr, nil
+}
+
+// hostAddr is the loopback address of the container's published port.
+func hostAddr(ctx context.Context, c *testcontainers.DockerContainer, port string) (string, error) {
+	ep, err := c.PortEndpoint(ctx, port, "")
+	if err != nil {
+		return "", err
+	}
+	return strings.Replace(ep, "localhost:", "127.0.0.1:", 1), nil
+}
+
+// dockerRedis is one Redis container. A restart with data starts the same
+// container again (its AOF is on its own filesystem); a restart without
+// data replaces the container with a new one.
+type dockerRedis struct {
+	p    *dockerProvider
+	opts Options
+
+	mu sync.Mutex
+	c  *testcontainers.DockerContainer
+}
+
+func (p *dockerProvider) newRedis(_ context.Context, _ int, opts Options) (redisBackend, error) {
+	return &dockerRedis{p: p, opts: opts}, nil
+}
+
+func (r *dockerRedis) request() testcontainers.ContainerRequest {
+	cmd := []string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--port", "6379",
+		"--dir", "/data", "--save", ""}
+	if r.opts.AppendFsync == FsyncOff {
+		cmd = append(cmd, "--appendonly", "no")
+	} else {
+		cmd = append(cmd, "--appendonly", "yes", "--appendfsync", r.opts.AppendFsync)
+	}
+	return testcontainers.ContainerRequest{Image: r.p.redisImage, Cmd: cmd, ExposedPorts: []string{"6379/tcp"}}
+}
+
+func (r *dockerRedis) start(ctx context.Context, keepData bool) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if keepData && r.c != nil {
+		if _, err := r.p.cli.ContainerStart(ctx, r.c.GetContainerID(), client.ContainerStartOptions{}); err != nil {
+			return "", err
+		}
+		return hostAddr(ctx, r.c, "6379/tcp")
+	}
+	if r.c != nil {
+		if err := r.c.Terminate(ctx); err != nil {
+			return "", fmt.Errorf("remove old container: %w", err)
+		}
+		r.c = nil
+	}
+	c, addr, err := r.p.run(ctx, r.request(), "6379/tcp")
+	if err != nil {
+		return "", err
+	}
+	r.c = c
+	return addr, nil
+}
+
+func (r *dockerRedis) id() (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.c == nil {
+		return "", errors.New("no container")
+	}
+	return r.c.GetContainerID(), nil
+}
+
+func (r *dockerRedis) pause(ctx context.Context) error {
+	id, err := r.id()
+	if err != nil {
+		return err
+	}
+	_, err = r.p.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+	return err
+}
+
+func (r *dockerRedis) resume(ctx context.Context) error {
+	id, err := r.id()
+	if err != nil {
+		return err
+	}
+	_, err = r.p.cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+	return err
+}
+
+func (r *dockerRedis) kill(ctx context.Context) error {
+	id, err := r.id()
+	if err != nil {
+		return err
+	}
+	if _, err := r.p.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return err
+	}
+	// Wait until the engine reports it stopped, so a restart finds it so.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := r.p.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			return err
+		}
+		if !st.Container.State.Running {
+			return nil
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return errors.New("container still running 10s after SIGKILL")
+}
+
+func (r *dockerRedis) close(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.c == nil {
+		return nil
+	}
+	err := r.c.Terminate(ctx)
+	r.c = nil
+	return err
+}
+
+// startPostgres runs the Postgres image with the bed's credentials. Images
+// that follow the official image's conventions read them from the
+// environment; the locally built image has them baked in.
+func (p *dockerProvider) startPostgres(ctx context.Context, opts Options) (*PostgresNode, error) {
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	c, addr, err := p.run(ctx, testcontainers.ContainerRequest{
+		Image:        p.postgresImage,
+		ExposedPorts: []string{"5432/tcp"},
+		Env: map[string]string{
+			"POSTGRES_USER": PostgresUser, "POSTGRES_PASSWORD": PostgresPassword, "POSTGRES_DB": PostgresDB,
+		},
+		Cmd: []string{"postgres", "-c", "max_connections=300"},
+	}, "5432/tcp")
+	if err != nil {
+		return nil, err
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	node := &PostgresNode{host: host}
+	if _, err := fmt.Sscan(port, &node.port); err != nil {
+		_ = c.Terminate(context.Background())
+		return nil, fmt.Errorf("port %q: %w", port, err)
+	}
+	node.stopServer = func(ctx context.Context) error { return c.Terminate(ctx) }
+	if err := node.waitReady(ctx, nil); err != nil {
+		_ = c.Terminate(context.Background())
+		return nil, err
+	}
+	if err := node.createMainDB(ctx); err != nil {
+		_ = c.Terminate(context.Background())
+		return nil, err
+	}
+	return node, nil
+}

@@ -1,0 +1,201 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisNode is one Redis master of the bed and its fault handle. Its Addr
+// stays the same for the life of the bed, across kills and restarts.
+type RedisNode struct {
+	name    string
+	proxy   *nodeProxy
+	backend redisBackend
+	opts    Options
+
+	mu       sync.Mutex
+	upstream string // the backend's own address, bypassing the proxy
+	running  bool
+	paused   bool
+}
+
+func startRedisNode(ctx context.Context, p provider, index int, opts Options) (*RedisNode, error) {
+	be, err := p.newRedis(ctx, index, opts)
+	if err != nil {
+		return nil, fmt.Errorf("redis%d: %w", index+1, err)
+	}
+	n := &RedisNode{name: fmt.Sprintf("redis%d", index+1), backend: be, opts: opts}
+	up, err := n.startBackend(ctx, false)
+	if err != nil {
+		_ = be.close(context.Background())
+		return nil, fmt.Errorf("%s: %w", n.name, err)
+	}
+	px, err := newNodeProxy(n.name, up)
+	if err != nil {
+		_ = be.close(context.Background())
+		return nil, err
+	}
+	n.proxy = px
+	return n, nil
+}
+
+// startBackend starts the server and waits until it answers PING.
+func (n *RedisNode) startBackend(ctx context.Context, keepData bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.opts.StartTimeout)
+	defer cancel()
+	up, err := n.backend.start(ctx, keepData)
+	if err != nil {
+		return "", err
+	}
+	if err := waitRedis(ctx, up); err != nil {
+		return "", err
+	}
+	n.mu.Lock()
+	n.upstream, n.running, n.paused = up, true, false
+	n.mu.Unlock()
+	return up, nil
+}
+
+// waitRedis polls addr with PING until it answers or ctx ends. A node that
+// is still loading its AOF answers LOADING, which counts as not ready.
+func waitRedis(ctx context.Context, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
+	defer c.Close()
+	var last error
+	for {
+		if last = c.Ping(ctx).Err(); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis at %s did not answer PING: %w (last: %v)", addr, ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Name is the node's name in the bed: redis1, redis2, ...
+func (n *RedisNode) Name() string { return n.name }
+
+// Addr is the address clients use: a loopback listener in front of the node.
+func (n *RedisNode) Addr() string { return n.proxy.addr() }
+
+// Pause freezes the server (SIGSTOP, or docker pause): it keeps its
+// connections but answers nothing until Resume.
+func (n *RedisNode) Pause(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running {
+		return fmt.Errorf("%s: pause: not running", n.name)
+	}
+	if err := n.backend.pause(ctx); err != nil {
+		return fmt.Errorf("%s: pause: %w", n.name, err)
+	}
+	n.paused = true
+	return nil
+}
+
+// Resume thaws a paused server.
+func (n *RedisNode) Resume(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.paused {
+		return nil
+	}
+	if err := n.backend.resume(ctx); err != nil {
+		return fmt.Errorf("%s: resume: %w", n.name, err)
+	}
+	n.paused = false
+	return nil
+}
+
+// Kill ends the server with SIGKILL: no shutdown, no last save.
+func (n *RedisNode) Kill(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running {
+		return nil
+	}
+	if err := n.backend.kill(ctx); err != nil {
+		return fmt.Errorf("%s: kill: %w", n.name, err)
+	}
+	n.running, n.paused = false, false
+	return nil
+}
+
+// Restart starts the server again behind the same address, killing it first
+// if it runs. With keepData it reloads what it had persisted (with the
+// default AppendFsync=always, every acknowledged write); without, it comes
+// back empty, as a node restored without its data.
+func (n *RedisNode) Restart(ctx context.Context, keepData bool) error {
+	if err := n.Kill(ctx); err != nil {
+		return err
+	}
+	up, err := n.startBackend(ctx, keepData)
+	if err != nil {
+		return fmt.Errorf("%s: restart: %w", n.name, err)
+	}
+	if err := n.proxy.setUpstream(up); err != nil {
+		return fmt.Errorf("%s: restart: repoint proxy: %w", n.name, err)
+	}
+	return nil
+}
+
+// Partition cuts the node off from every client of Addr: bytes in both
+// directions are dropped and connections hang, until Heal.
+func (n *RedisNode) Partition(ctx context.Context) error {
+	n.proxy.heal(ctx)
+	if err := n.proxy.partition(); err != nil {
+		return fmt.Errorf("%s: partition: %w", n.name, err)
+	}
+	return nil
+}
+
+// Heal ends a partition.
+func (n *RedisNode) Heal(ctx context.Context) error {
+	n.proxy.heal(ctx)
+	return nil
+}
+
+// AddLatency delays every reply from the node by d; 0 removes the delay.
+func (n *RedisNode) AddLatency(ctx context.Context, d time.Duration) error {
+	if err := n.proxy.latency(ctx, d); err != nil {
+		return fmt.Errorf("%s: latency: %w", n.name, err)
+	}
+	return nil
+}
+
+// Time returns the node's own clock (the TIME command), bypassing faults
+// injected in the proxy.
+func (n *RedisNode) Time(ctx context.Context) (time.Time, error) {
+	c := n.Admin()
+	defer c.Close()
+	return c.Time(ctx).Result()
+}
+
+// Admin returns a new client that talks to the server directly, bypassing
+// the proxy and its faults. The caller closes it.
+func (n *RedisNode) Admin() *redis.Client {
+	n.mu.Lock()
+	up := n.upstream
+	n.mu.Unlock()
+	return redis.NewClient(&redis.Options{Addr: up, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
+}
+
+func (n *RedisNode) close(ctx context.Context) error {
+	n.proxy.stop()
+	n.mu.Lock()
+	paused := n.paused
+	n.mu.Unlock()
+	var errs []error
+	if paused {
+		errs = append(errs, n.backend.resume(ctx))
+	}
+	errs = append(errs, n.backend.close(ctx))
+	return errors.Join(errs...)
+}

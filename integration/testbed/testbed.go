@@ -1,0 +1,256 @@
+// Package testbed starts real Redis masters and a real Postgres for tests and
+// demos, and injects faults into them.
+//
+// A bed has N independent Redis masters (no replication between them) and,
+// optionally, one Postgres. Every Redis node sits behind an embedded toxiproxy
+// listener on loopback, so its address stays the same across kills and
+// restarts, and so partitions and latency can be injected the same way for
+// every provider.
+//
+// Two providers start the servers:
+//   - docker: containers through testcontainers-go. Images come from
+//     QUORUMLOCK_REDIS_IMAGE and QUORUMLOCK_POSTGRES_IMAGE (default: the
+//     official redis and postgres images). On machines with no registry,
+//     `make images` builds local ones from Debian packages.
+//   - local: redis-server and postgres processes from the machine's packages,
+//     on free loopback ports, with their data in a temporary directory.
+//
+// QUORUMLOCK_TESTBED=docker|local|auto chooses; auto (the default) takes
+// docker when the engine answers and both images exist, else local. A
+// provider that cannot start fails the test with a message that says how to
+// fix it; the bed never skips a test.
+//
+// Use Start in tests (cleanup is registered on t), or New and Close elsewhere.
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Provider names accepted by Options.Provider and QUORUMLOCK_TESTBED.
+const (
+	ProviderDocker = "docker"
+	ProviderLocal  = "local"
+	ProviderAuto   = "auto"
+)
+
+// Environment variables read by the bed.
+const (
+	EnvProvider      = "QUORUMLOCK_TESTBED"
+	EnvRedisImage    = "QUORUMLOCK_REDIS_IMAGE"
+	EnvPostgresImage = "QUORUMLOCK_POSTGRES_IMAGE"
+)
+
+// Default images for the docker provider, used when the environment names none.
+const (
+	DefaultRedisImage    = "redis:7"
+	DefaultPostgresImage = "postgres:15"
+)
+
+// Postgres credentials used by both providers.
+const (
+	PostgresUser     = "quorumlock"
+	PostgresPassword = "quorumlock"
+	PostgresDB       = "quorumlock"
+)
+
+// ErrNoProvider is returned when no provider can start the bed.
+var ErrNoProvider = errors.New("testbed: no provider available")
+
+// Fsync policies for Options.AppendFsync.
+const (
+	FsyncAlways   = "always"
+	FsyncEverySec = "everysec"
+	FsyncOff      = "off"
+)
+
+// Options says what to start.
+type Options struct {
+	// Redis is the number of independent Redis masters (0 for none).
+	Redis int
+	// Postgres starts one Postgres server when true.
+	Postgres bool
+	// Provider is docker, local or auto. Empty means $QUORUMLOCK_TESTBED, or auto.
+	Provider string
+	// AppendFsync is the Redis AOF policy: always (the default, so a killed
+	// node that restarts with its data has every acknowledged write),
+	// everysec, or off (no AOF: a restarted node comes back empty).
+	AppendFsync string
+	// StartTimeout bounds the start of each server (default 60s).
+	StartTimeout time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Redis < 0 {
+		return o, fmt.Errorf("testbed: Options.Redis is %d, want 0 or more", o.Redis)
+	}
+	if o.Redis == 0 && !o.Postgres {
+		return o, errors.New("testbed: Options asks for nothing: set Redis > 0 or Postgres")
+	}
+	if o.Provider == "" {
+		o.Provider = os.Getenv(EnvProvider)
+	}
+	if o.Provider == "" {
+		o.Provider = ProviderAuto
+	}
+	switch o.Provider {
+	case ProviderDocker, ProviderLocal, ProviderAuto:
+	default:
+		return o, fmt.Errorf("testbed: unknown provider %q: want docker, local or auto (%s)", o.Provider, EnvProvider)
+	}
+	switch o.AppendFsync {
+	case "":
+		o.AppendFsync = FsyncAlways
+	case FsyncAlways, FsyncEverySec, FsyncOff:
+	default:
+		return o, fmt.Errorf("testbed: unknown AppendFsync %q: want always, everysec or off", o.AppendFsync)
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 60 * time.Second
+	}
+	return o, nil
+}
+
+// Bed is a running set of servers.
+type Bed struct {
+	// Provider is the provider that started the bed: docker or local.
+	Provider string
+	// Redis holds one handle per master, in a stable order.
+	Redis []*RedisNode
+	// Postgres is the Postgres server, or nil when none was asked for.
+	Postgres *PostgresNode
+
+	closeOnce sync.Once
+	closeErr  error
+	closers   []func(context.Context) error
+}
+
+// Start starts a bed for a test and registers its cleanup. It fails the test
+// (never skips it) when no provider can start.
+func Start(t testing.TB, opts Options) *Bed {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b, err := New(ctx, opts)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("testbed: close: %v", err)
+		}
+	})
+	return b
+}
+
+// New starts a bed. Call Close when done.
+func New(ctx context.Context, opts Options) (*Bed, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p, err := choose(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bed{Provider: p.name()}
+	b.closers = append(b.closers, func(context.Context) error { return p.close() })
+	fail := func(err error) (*Bed, error) {
+		_ = b.Close()
+		return nil, fmt.Errorf("testbed (%s): %w%s", p.name(), err, p.hint())
+	}
+	if opts.Postgres {
+		pg, err := p.startPostgres(ctx, opts)
+		if err != nil {
+			return fail(fmt.Errorf("start postgres: %w", err))
+		}
+		b.Postgres = pg
+		b.closers = append(b.closers, pg.close)
+	}
+	nodes := make([]*RedisNode, opts.Redis)
+	errs := make([]error, opts.Redis)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = startRedisNode(ctx, p, i, opts)
+		}()
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		if n != nil {
+			b.Redis = append(b.Redis, n)
+			b.closers = append(b.closers, n.close)
+		} else if errs[i] == nil {
+			errs[i] = errors.New("no node")
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fail(fmt.Errorf("start redis: %w", err))
+	}
+	return b, nil
+}
+
+// Close stops every server and removes its data. It is safe to call twice.
+func (b *Bed) Close() error {
+	b.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var errs []error
+		for i := len(b.closers) - 1; i >= 0; i-- {
+			errs = append(errs, b.closers[i](ctx))
+		}
+		b.closeErr = errors.Join(errs...)
+	})
+	return b.closeErr
+}
+
+// RedisAddrs returns the stable client address of every Redis node.
+func (b *Bed) RedisAddrs() []string {
+	addrs := make([]string, len(b.Redis))
+	for i, n := range b.Redis {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// RedisClients returns one client per Redis node, closed when t ends. The
+// clients honour context deadlines, never retry a command on their own, and
+// use short socket timeouts, as a lock client should.
+func (b *Bed) RedisClients(t testing.TB) []*redis.Client {
+	t.Helper()
+	cs := make([]*redis.Client, len(b.Redis))
+	for i, n := range b.Redis {
+		cs[i] = redis.NewClient(ClientOptions(n.Addr()))
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	})
+	return cs
+}
+
+// ClientOptions are the go-redis options the bed recommends for a lock
+// client of the node at addr.
+func ClientOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		PoolSize:              32,
+		DisableIdentity:       true,
+	}
+}
