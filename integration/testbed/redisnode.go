@@ -85,6 +85,16 @@ func (n *RedisNode) Name() string { return n.name }
 // Addr is the address clients use: a loopback listener in front of the node.
 func (n *RedisNode) Addr() string { return n.proxy.addr() }
 
+// DirectAddr is the server's own address, bypassing the proxy: faults
+// injected with Partition and AddLatency do not apply to it, and it changes
+// when a restart replaces the server. Benchmarks use it to measure the
+// servers rather than the proxy.
+func (n *RedisNode) DirectAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.upstream
+}
+
 // Pause freezes the server (SIGSTOP, or docker pause): it keeps its
 // connections but answers nothing until Resume.
 func (n *RedisNode) Pause(ctx context.Context) error {
@@ -181,10 +191,7 @@ func (n *RedisNode) Time(ctx context.Context) (time.Time, error) {
 // Admin returns a new client that talks to the server directly, bypassing
 // the proxy and its faults. The caller closes it.
 func (n *RedisNode) Admin() *redis.Client {
-	n.mu.Lock()
-	up := n.upstream
-	n.mu.Unlock()
-	return redis.NewClient(&redis.Options{Addr: up, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
+	return redis.NewClient(&redis.Options{Addr: n.DirectAddr(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
 }
 
 func (n *RedisNode) close(ctx context.Context) error {
