@@ -1,0 +1,422 @@
+package payment_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/store"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// pgServer hands out fresh databases; the test bed's PostgresNode is one.
+type pgServer interface {
+	NewDatabase(t testing.TB) string
+}
+
+type env struct {
+	pool *pgxpool.Pool
+	st   *store.Store
+	fake *payment.Fake
+	svc  *payment.Service
+	keys int
+}
+
+func newEnv(t *testing.T, srv pgServer, opts ...payment.Option) *env {
+	t.Helper()
+	ctx := context.Background()
+	dsn := srv.NewDatabase(t)
+	if _, err := store.MigrateDSN(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := store.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SeedProduct(ctx, "42", 100, 1999); err != nil {
+		t.Fatal(err)
+	}
+	fake := payment.NewFake()
+	svc, err := payment.NewService(st, fake, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{pool: pool, st: st, fake: fake, svc: svc}
+}
+
+// order places a new CREATED order for product 42.
+func (e *env) order(t *testing.T) store.Order {
+	t.Helper()
+	e.keys++
+	out, err := e.st.PlaceOrder(context.Background(), store.PlaceOrder{
+		UserID:         "u1001",
+		IdempotencyKey: fmt.Sprintf("req-%03d", e.keys),
+		Fingerprint:    "fp",
+		ProductID:      "42",
+		Quantity:       1,
+		Fence:          int64(e.keys),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Order
+}
+
+func (e *env) status(t *testing.T, orderID string) (store.Status, store.PaymentStatus) {
+	t.Helper()
+	o, err := e.st.GetOrder(context.Background(), orderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.st.GetPayment(context.Background(), payment.RequestID(orderID))
+	if errors.Is(err, store.ErrNotFound) {
+		return o.Status, ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Status, p.Status
+}
+
+// TestPostgres runs every test that needs a real server on one bed; each
+// subtest gets its own database.
+func TestPostgres(t *testing.T) {
+	srv := startPostgres(t)
+
+	t.Run("HappyPath", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		o := e.order(t)
+		paid, err := e.svc.Pay(ctx, o.ID)
+		if err != nil || paid.Status != store.StatusPaid {
+			t.Fatalf("Pay = %+v, %v", paid, err)
+		}
+		rid := payment.RequestID(o.ID)
+		p, err := e.st.GetPayment(ctx, rid)
+		if err != nil || p.Status != store.PaymentSucceeded || p.ProviderRef == "" || p.AmountCents != 1999 {
+			t.Fatalf("payment %+v, %v", p, err)
+		}
+		// Paying again answers from the order: no second call.
+		again, err := e.svc.Pay(ctx, o.ID)
+		if err != nil || again.Status != store.StatusPaid {
+			t.Fatalf("second Pay = %+v, %v", again, err)
+		}
+		if e.fake.Calls(rid) != 1 || e.fake.Charges(rid) != 1 {
+			t.Fatalf("calls %d charges %d", e.fake.Calls(rid), e.fake.Charges(rid))
+		}
+	})
+
+	t.Run("ProviderDeclines", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		o := e.order(t)
+		e.fake.FailNext(payment.RequestID(o.ID))
+		got, err := e.svc.Pay(ctx, o.ID)
+		if !errors.Is(err, payment.ErrDeclined) || got.Status != store.StatusPaymentFailed {
+			t.Fatalf("Pay = %+v, %v; want PAYMENT_FAILED and ErrDeclined", got, err)
+		}
+		if os, ps := e.status(t, o.ID); os != store.StatusPaymentFailed || ps != store.PaymentFailed {
+			t.Fatalf("order %s payment %s", os, ps)
+		}
+		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrDeclined) {
+			t.Fatalf("second Pay: %v", err)
+		}
+		if n := e.fake.Calls(payment.RequestID(o.ID)); n != 1 {
+			t.Fatalf("%d calls", n)
+		}
+	})
+
+	t.Run("ChargedButReplyLost", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		o := e.order(t)
+		rid := payment.RequestID(o.ID)
+		e.fake.LoseReplyNext(rid)
+		got, err := e.svc.Pay(ctx, o.ID)
+		var pe *payment.PendingError
+		if !errors.As(err, &pe) || !errors.Is(err, payment.ErrPending) || !errors.Is(err, payment.ErrTimeout) || pe.PaymentRequestID != rid {
+			t.Fatalf("Pay err %v, want a PendingError caused by ErrTimeout", err)
+		}
+		if got.Status != store.StatusPaying {
+			t.Fatalf("order %s, want PAYING", got.Status)
+		}
+		// A retry of Pay does not charge again while the outcome is open.
+		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
+			t.Fatalf("retry: %v", err)
+		}
+		// A fresh payment is left alone by a reconciler that waits.
+		if rep, err := e.svc.Reconcile(ctx, time.Hour); err != nil || rep.Examined != 0 {
+			t.Fatalf("Reconcile(1h) = %+v, %v", rep, err)
+		}
+		rep, err := e.svc.Reconcile(ctx, 0)
+		if err != nil || rep.Paid != 1 || rep.Recharged != 0 {
+			t.Fatalf("Reconcile = %+v, %v", rep, err)
+		}
+		if os, ps := e.status(t, o.ID); os != store.StatusPaid || ps != store.PaymentSucceeded {
+			t.Fatalf("order %s payment %s", os, ps)
+		}
+		if e.fake.Charges(rid) != 1 || e.fake.Calls(rid) != 1 {
+			t.Fatalf("charges %d calls %d, want exactly one charge", e.fake.Charges(rid), e.fake.Calls(rid))
+		}
+		// Nothing left to do.
+		if rep, err := e.svc.Reconcile(ctx, 0); err != nil || rep.Examined != 0 {
+			t.Fatalf("second Reconcile = %+v, %v", rep, err)
+		}
+	})
+
+	t.Run("RequestLostBeforeProvider", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		o := e.order(t)
+		rid := payment.RequestID(o.ID)
+		e.fake.DropNext(rid)
+		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
+			t.Fatalf("Pay: %v", err)
+		}
+		rep, err := e.svc.Reconcile(ctx, 0)
+		if err != nil || rep.Paid != 1 || rep.Recharged != 1 {
+			t.Fatalf("Reconcile = %+v, %v", rep, err)
+		}
+		if e.fake.Charges(rid) != 1 {
+			t.Fatalf("charges %d", e.fake.Charges(rid))
+		}
+	})
+
+	t.Run("CrashBetweenBeginAndCharge", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		o := e.order(t)
+		rid := payment.RequestID(o.ID)
+		// The process committed PAYING and died before sending the charge.
+		if _, err := e.st.BeginPayment(ctx, o.ID, rid); err != nil {
+			t.Fatal(err)
+		}
+		// Two reconcilers race on it; the provider sees one charge.
+		other, err := payment.NewService(e.st, e.fake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for _, s := range []*payment.Service{e.svc, other} {
+			wg.Go(func() {
+				if _, err := s.Reconcile(ctx, 0); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if os, ps := e.status(t, o.ID); os != store.StatusPaid || ps != store.PaymentSucceeded {
+			t.Fatalf("order %s payment %s", os, ps)
+		}
+		if e.fake.Charges(rid) != 1 {
+			t.Fatalf("charges %d", e.fake.Charges(rid))
+		}
+	})
+
+	t.Run("ProviderPendingThenSettles", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		o := e.order(t)
+		rid := payment.RequestID(o.ID)
+		e.fake.PendNext(rid)
+		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
+			t.Fatalf("Pay: %v", err)
+		}
+		rep, err := e.svc.Reconcile(ctx, 0)
+		if err != nil || rep.Pending != 1 {
+			t.Fatalf("Reconcile = %+v, %v", rep, err)
+		}
+		if p, _ := e.st.GetPayment(ctx, rid); p.Attempts != 1 || p.Status != store.PaymentPending {
+			t.Fatalf("payment %+v", p)
+		}
+		if err := e.fake.Complete(rid, payment.StatusFailed); err != nil {
+			t.Fatal(err)
+		}
+		rep, err = e.svc.Reconcile(ctx, 0)
+		if err != nil || rep.Failed != 1 {
+			t.Fatalf("Reconcile = %+v, %v", rep, err)
+		}
+		if os, ps := e.status(t, o.ID); os != store.StatusPaymentFailed || ps != store.PaymentFailed {
+			t.Fatalf("order %s payment %s", os, ps)
+		}
+	})
+
+	t.Run("ConcurrentPayChargesOnce", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		o := e.order(t)
+		rid := payment.RequestID(o.ID)
+		e.fake.SetLatency(20 * time.Millisecond) // keep the first charge in flight
+		errs := make([]error, 20)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				got, err := e.svc.Pay(context.Background(), o.ID)
+				if err == nil && got.Status != store.StatusPaid {
+					err = fmt.Errorf("status %s without an error", got.Status)
+				}
+				if errors.Is(err, payment.ErrPending) {
+					err = nil // lost the race while the winner was charging
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		if e.fake.Calls(rid) != 1 || e.fake.Charges(rid) != 1 {
+			t.Fatalf("calls %d charges %d, want 1", e.fake.Calls(rid), e.fake.Charges(rid))
+		}
+		if os, _ := e.status(t, o.ID); os != store.StatusPaid {
+			t.Fatalf("order %s", os)
+		}
+	})
+
+	t.Run("ForbiddenAndUnknown", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		o := e.order(t)
+		if _, err := e.st.Cancel(ctx, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.svc.Pay(ctx, o.ID)
+		if !errors.Is(err, store.ErrInvalidTransition) || got.Status != store.StatusCancelled {
+			t.Fatalf("Pay(cancelled) = %+v, %v", got, err)
+		}
+		if e.fake.TotalCharges() != 0 || e.fake.Calls(payment.RequestID(o.ID)) != 0 {
+			t.Fatal("a cancelled order reached the provider")
+		}
+		if _, err := e.svc.Pay(ctx, "ord_nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Pay(unknown) = %v", err)
+		}
+		if _, err := e.svc.Pay(ctx, ""); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("Pay(\"\") = %v", err)
+		}
+	})
+
+	t.Run("ReconcileBatchIsBounded", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv, payment.WithReconcileBatch(2))
+		ctx := context.Background()
+		for range 5 {
+			o := e.order(t)
+			e.fake.LoseReplyNext(payment.RequestID(o.ID))
+			if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
+				t.Fatal(err)
+			}
+		}
+		for round, want := range []int{2, 2, 1, 0} {
+			rep, err := e.svc.Reconcile(ctx, 0)
+			if err != nil || rep.Examined != want || rep.Paid != want {
+				t.Fatalf("round %d: %+v, %v; want %d examined and paid", round, rep, err, want)
+			}
+		}
+		if e.fake.TotalCharges() != 5 {
+			t.Fatalf("%d charges for 5 orders", e.fake.TotalCharges())
+		}
+	})
+
+	t.Run("ReconcileKeepsGoingAfterAnError", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := context.Background()
+		var ids []string
+		for range 2 {
+			o := e.order(t)
+			if _, err := e.st.BeginPayment(ctx, o.ID, payment.RequestID(o.ID)); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, payment.RequestID(o.ID))
+		}
+		// Both are unknown to the provider; the first re-charge is lost.
+		e.fake.DropNext(payment.AnyRequest)
+		rep, err := e.svc.Reconcile(ctx, 0)
+		if err == nil || !errors.Is(err, payment.ErrTimeout) || rep.Errors != 1 || rep.Paid != 1 || rep.Recharged != 2 {
+			t.Fatalf("Reconcile = %+v, %v", rep, err)
+		}
+		rep, err = e.svc.Reconcile(ctx, 0)
+		if err != nil || rep.Paid != 1 {
+			t.Fatalf("second Reconcile = %+v, %v", rep, err)
+		}
+		for _, id := range ids {
+			if e.fake.Charges(id) != 1 {
+				t.Fatalf("%s charged %d times", id, e.fake.Charges(id))
+			}
+		}
+	})
+
+	t.Run("RunReconcilerStopsWithContext", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		o := e.order(t)
+		e.fake.LoseReplyNext(payment.RequestID(o.ID))
+		if _, err := e.svc.Pay(context.Background(), o.ID); !errors.Is(err, payment.ErrPending) {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			done <- e.svc.RunReconciler(ctx, 10*time.Millisecond, 0, func(rep payment.ReconcileReport, err error) {
+				if rep.Paid > 0 {
+					cancel()
+				}
+			})
+		}()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("RunReconciler = %v", err)
+		}
+		if os, _ := e.status(t, o.ID); os != store.StatusPaid {
+			t.Fatalf("order %s", os)
+		}
+		if err := e.svc.RunReconciler(context.Background(), 0, 0, nil); !errors.Is(err, payment.ErrInvalid) {
+			t.Fatalf("zero interval: %v", err)
+		}
+	})
+}
+
+func TestNewServiceRejectsBadConfig(t *testing.T) {
+	fake := payment.NewFake()
+	if _, err := payment.NewService(nil, fake); !errors.Is(err, payment.ErrInvalid) {
+		t.Fatalf("nil store: %v", err)
+	}
+	for _, o := range []payment.Option{
+		payment.WithCallTimeout(0),
+		payment.WithSettleTimeout(-1),
+		payment.WithReconcileBatch(0),
+		payment.WithReconcileBatch(store.MaxPendingBatch + 1),
+	} {
+		if _, err := payment.NewService(&store.Store{}, fake, o); !errors.Is(err, payment.ErrInvalid) {
+			t.Errorf("option accepted: %v", err)
+		}
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	if got := payment.RequestID("ord_1"); got != "ord_1:pay" {
+		t.Fatalf("RequestID = %q", got)
+	}
+}

@@ -1,0 +1,14 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/quorumlock/quorumlock/integration/testbed"
+)
+
+// startPostgres starts the test bed's Postgres for one top-level test.
+func startPostgres(t *testing.T) pgServer {
+	t.Helper()
+	bed := testbed.Start(t, testbed.Options{Postgres: true})
+	return bed.Postgres
+}

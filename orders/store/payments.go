@@ -1,0 +1,234 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxPendingBatch is the largest batch [Store.PendingPayments] returns.
+const MaxPendingBatch = 1000
+
+// ErrPaymentConflict reports a payment already settled with a different
+// result than the one being recorded. It needs a human: a provider that is
+// idempotent on the payment request id never answers both ways.
+var ErrPaymentConflict = errors.New("store: payment already settled with a different result")
+
+// PaymentStatus is the state of a payment request.
+type PaymentStatus string
+
+// Payment states.
+const (
+	// PaymentPending: the charge was or may have been sent; its result is
+	// not known yet.
+	PaymentPending PaymentStatus = "PENDING"
+	// PaymentSucceeded: the provider confirmed the charge.
+	PaymentSucceeded PaymentStatus = "SUCCEEDED"
+	// PaymentFailed: the provider definitely declined the charge.
+	PaymentFailed PaymentStatus = "FAILED"
+)
+
+// Payment is one row of the payments table.
+type Payment struct {
+	// RequestID is the stable payment request id sent to the provider.
+	RequestID   string
+	OrderID     string
+	AmountCents int64
+	Status      PaymentStatus
+	// ProviderRef is the provider's reference once settled.
+	ProviderRef string
+	// Attempts counts the reconciliation rounds that found the payment
+	// still pending.
+	Attempts  int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+const paymentColumns = `payment_request_id, order_id, amount_cents, status, provider_ref, attempts, created_at, updated_at`
+
+func scanPayment(row pgx.Row, p *Payment) error {
+	return row.Scan(&p.RequestID, &p.OrderID, &p.AmountCents, &p.Status, &p.ProviderRef, &p.Attempts, &p.CreatedAt, &p.UpdatedAt)
+}
+
+// PaymentStart is the result of [Store.BeginPayment].
+type PaymentStart struct {
+	// Order is the order after the call.
+	Order Order
+	// Payment is the payment row for the request id.
+	Payment Payment
+	// Started is true when this call moved the order from CREATED to
+	// PAYING. Only that caller should send the charge; the others find the
+	// payment in flight, and a reconciler settles it if its sender died.
+	Started bool
+}
+
+// BeginPayment moves order orderID from CREATED to PAYING and records a
+// PENDING payment for requestID (the stable id the provider will see), in
+// one transaction. The payment row is written before any charge is sent, so
+// a crash after this call leaves a PAYING order that a reconciler can find
+// and settle with the same request id.
+//
+// If the order is already PAYING, BeginPayment changes nothing (besides
+// creating a missing payment row) and returns Started false. Any other state
+// gives a [*TransitionError] with the order: PAID, PAYMENT_FAILED (already
+// settled) or CANCELLED.
+func (s *Store) BeginPayment(ctx context.Context, orderID, requestID string) (PaymentStart, error) {
+	if err := checkText("order id", orderID, MaxIDLen); err != nil {
+		return PaymentStart{}, err
+	}
+	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+		return PaymentStart{}, err
+	}
+	var res PaymentStart
+	var refusal error
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		o, moved, err := transitionTx(ctx, tx, orderID, StatusPaying)
+		if errors.Is(err, ErrInvalidTransition) {
+			res.Order, refusal = o, err
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		res.Order, res.Started = o, moved
+		_, err = tx.Exec(ctx, `INSERT INTO payments (payment_request_id, order_id, amount_cents, status)
+VALUES ($1, $2, $3, $4) ON CONFLICT (payment_request_id) DO NOTHING`, requestID, o.ID, o.AmountCents, PaymentPending)
+		if err != nil {
+			return fmt.Errorf("store: begin payment %q: %w", requestID, err)
+		}
+		if err := scanPayment(tx.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE payment_request_id = $1`, requestID), &res.Payment); err != nil {
+			return fmt.Errorf("store: begin payment %q: %w", requestID, err)
+		}
+		if res.Payment.OrderID != orderID {
+			return fmt.Errorf("%w: payment request id %q belongs to order %q", ErrInvalid, requestID, res.Payment.OrderID)
+		}
+		return nil
+	})
+	if err != nil {
+		return PaymentStart{}, err
+	}
+	if refusal != nil {
+		return res, refusal
+	}
+	return res, nil
+}
+
+// SettlePayment records the provider's final answer for requestID
+// (PaymentSucceeded or PaymentFailed) and moves its order from PAYING to
+// PAID or PAYMENT_FAILED, in one transaction. Settling again with the same
+// answer returns the order and changes nothing; a different answer than
+// the one recorded gives [ErrPaymentConflict].
+func (s *Store) SettlePayment(ctx context.Context, requestID string, status PaymentStatus, providerRef string) (Order, error) {
+	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+		return Order{}, err
+	}
+	var to Status
+	switch status {
+	case PaymentSucceeded:
+		to = StatusPaid
+	case PaymentFailed:
+		to = StatusPaymentFailed
+	default:
+		return Order{}, fmt.Errorf("%w: cannot settle a payment as %q", ErrInvalid, status)
+	}
+	if len(providerRef) > MaxIDLen {
+		return Order{}, fmt.Errorf("%w: provider reference is %d bytes, the limit is %d", ErrInvalid, len(providerRef), MaxIDLen)
+	}
+	var o Order
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			orderID string
+			current PaymentStatus
+		)
+		err := tx.QueryRow(ctx, `SELECT order_id, status FROM payments WHERE payment_request_id = $1 FOR UPDATE`, requestID).
+			Scan(&orderID, &current)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: payment %q", ErrNotFound, requestID)
+		}
+		if err != nil {
+			return fmt.Errorf("store: settle payment %q: %w", requestID, err)
+		}
+		switch current {
+		case PaymentPending:
+			_, err := tx.Exec(ctx, `UPDATE payments SET status = $2, provider_ref = $3, updated_at = now()
+WHERE payment_request_id = $1`, requestID, status, providerRef)
+			if err != nil {
+				return fmt.Errorf("store: settle payment %q: %w", requestID, err)
+			}
+		case status:
+		default:
+			return fmt.Errorf("%w: payment %q is %s, provider now says %s", ErrPaymentConflict, requestID, current, status)
+		}
+		o, _, err = transitionTx(ctx, tx, orderID, to)
+		return err
+	})
+	if err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// PendingPayments returns up to limit PENDING payments of PAYING orders
+// that have not changed for at least olderThan (by the database's clock),
+// least recently touched first. limit is 1 to [MaxPendingBatch].
+func (s *Store) PendingPayments(ctx context.Context, olderThan time.Duration, limit int) ([]Payment, error) {
+	if olderThan < 0 {
+		return nil, fmt.Errorf("%w: negative age %v", ErrInvalid, olderThan)
+	}
+	if limit < 1 || limit > MaxPendingBatch {
+		return nil, fmt.Errorf("%w: batch size %d is outside 1..%d", ErrInvalid, limit, MaxPendingBatch)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT p.payment_request_id, p.order_id, p.amount_cents, p.status, p.provider_ref,
+       p.attempts, p.created_at, p.updated_at
+FROM payments p JOIN orders o ON o.order_id = p.order_id
+WHERE p.status = $1 AND o.status = $2 AND p.updated_at <= now() - make_interval(secs => $3)
+ORDER BY p.updated_at, p.payment_request_id
+LIMIT $4`, PaymentPending, StatusPaying, olderThan.Seconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending payments: %w", err)
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Payment, error) {
+		var p Payment
+		return p, scanPayment(r, &p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: pending payments: %w", err)
+	}
+	return ps, nil
+}
+
+// TouchPayment notes one more reconciliation round that found payment
+// requestID still pending: it counts the attempt and moves the payment to
+// the back of the PendingPayments order. It does nothing to a settled
+// payment.
+func (s *Store) TouchPayment(ctx context.Context, requestID string) error {
+	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE payments SET attempts = attempts + 1, updated_at = now()
+WHERE payment_request_id = $1 AND status = $2`, requestID, PaymentPending)
+	if err != nil {
+		return fmt.Errorf("store: touch payment %q: %w", requestID, err)
+	}
+	return nil
+}
+
+// GetPayment returns the payment with request id requestID, or an error
+// wrapping [ErrNotFound].
+func (s *Store) GetPayment(ctx context.Context, requestID string) (Payment, error) {
+	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+		return Payment{}, err
+	}
+	var p Payment
+	err := scanPayment(s.pool.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE payment_request_id = $1`, requestID), &p)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, fmt.Errorf("%w: payment %q", ErrNotFound, requestID)
+	}
+	if err != nil {
+		return Payment{}, fmt.Errorf("store: get payment %q: %w", requestID, err)
+	}
+	return p, nil
+}

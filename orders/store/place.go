@@ -1,0 +1,392 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/quorumlock/quorumlock/fencing"
+)
+
+// OutcomeKind says what a saved outcome of POST /orders is.
+type OutcomeKind string
+
+// Outcome kinds.
+const (
+	// OutcomeOrder: an order was created; Outcome.Order holds it.
+	OutcomeOrder OutcomeKind = "ORDER"
+	// OutcomeOutOfStock: the request was rejected for lack of stock.
+	OutcomeOutOfStock OutcomeKind = "OUT_OF_STOCK"
+)
+
+// Outcome is the saved, final answer to one (user, idempotency key): an
+// order, or a rejection that replays like one.
+type Outcome struct {
+	Kind           OutcomeKind
+	UserID         string
+	IdempotencyKey string
+	// Fingerprint is the fingerprint of the request that produced the
+	// outcome.
+	Fingerprint string
+	ProductID   string
+	Quantity    int64
+	// ResponseStatus and ResponseBody are the response snapshot saved with
+	// the outcome: the HTTP status and the exact body bytes to replay. No
+	// content type is stored; with the default renderers a 2xx body is
+	// application/json and a 4xx body application/problem+json.
+	ResponseStatus int
+	ResponseBody   []byte
+	// Replayed is true when the outcome was read back rather than created
+	// by this call.
+	Replayed  bool
+	CreatedAt time.Time
+	// Order is the order as it is now (its Status may have moved on since
+	// the snapshot); the zero Order unless Kind is OutcomeOrder.
+	Order Order
+}
+
+// PlaceOrder is the input of [Store.PlaceOrder].
+type PlaceOrder struct {
+	// UserID is the authenticated user; never taken from the request body.
+	UserID string
+	// IdempotencyKey is the client's Idempotency-Key, 1 to
+	// MaxIdempotencyKeyLen bytes.
+	IdempotencyKey string
+	// Fingerprint identifies the request's business content; a replay with
+	// another fingerprint is refused with ErrFingerprintMismatch.
+	Fingerprint string
+	ProductID   string
+	// Quantity is 1 to MaxQuantity.
+	Quantity int64
+	// Fence is the fencing token for the product's stock: the lease's
+	// Fence() when the stock lock is held, or, when the service arbitrates
+	// with Postgres alone, a token taken directly from the same
+	// fencing.Issuer and key as the lock would use. It must be positive.
+	Fence int64
+	// Render renders the response snapshot of a new order, saved in the
+	// same transaction and replayed byte for byte. Nil means DefaultRender.
+	Render func(Order) (status int, body []byte)
+	// RenderOutOfStock renders the saved response of an out-of-stock
+	// rejection. Nil means DefaultRenderOutOfStock.
+	RenderOutOfStock func(OutOfStock) (status int, body []byte)
+}
+
+func (p PlaceOrder) validate() error {
+	if err := checkText("user id", p.UserID, MaxIDLen); err != nil {
+		return err
+	}
+	if err := checkText("idempotency key", p.IdempotencyKey, MaxIdempotencyKeyLen); err != nil {
+		return err
+	}
+	if err := checkText("fingerprint", p.Fingerprint, MaxFingerprintLen); err != nil {
+		return err
+	}
+	if err := checkText("product id", p.ProductID, MaxIDLen); err != nil {
+		return err
+	}
+	if p.Quantity < 1 || p.Quantity > MaxQuantity {
+		return fmt.Errorf("%w: quantity %d is outside 1..%d", ErrInvalid, p.Quantity, MaxQuantity)
+	}
+	if p.Fence <= 0 {
+		return fmt.Errorf("%w: fence %d is not positive", ErrInvalid, p.Fence)
+	}
+	return nil
+}
+
+// PlaceOrder places one order in one transaction, or answers from the
+// outcome already saved for (p.UserID, p.IdempotencyKey). The steps are
+// described in the package documentation. The results are:
+//
+//   - a new order: the Outcome (Kind OutcomeOrder, Replayed false) and nil;
+//   - a replay of a saved order with the same fingerprint: the saved
+//     Outcome (Replayed true) and nil;
+//   - out of stock, new or replayed: the saved Outcome (Kind
+//     OutcomeOutOfStock) and an error wrapping ErrOutOfStock — the snapshot
+//     in the Outcome is the answer to send;
+//   - ErrFingerprintMismatch when the key was used for another request;
+//   - ErrUnknownProduct, ErrStaleFence or ErrInvalid, with nothing written.
+//
+// Other errors (the database is unreachable, the context ended) leave the
+// database as it was unless the commit itself was interrupted; the caller
+// can then tell with [Store.Lookup], which waits for any transaction of the
+// same (user, key) still in flight.
+func (s *Store) PlaceOrder(ctx context.Context, p PlaceOrder) (Outcome, error) {
+	if err := p.validate(); err != nil {
+		return Outcome{}, err
+	}
+	if p.Render == nil {
+		p.Render = DefaultRender
+	}
+	if p.RenderOutOfStock == nil {
+		p.RenderOutOfStock = DefaultRenderOutOfStock
+	}
+	id, err := s.newID()
+	if err != nil {
+		return Outcome{}, err
+	}
+	if err := checkText("generated order id", id, MaxIDLen); err != nil {
+		return Outcome{}, err
+	}
+
+	out, err := s.placeTx(ctx, p, id)
+	if isIdempotencyConflict(err) {
+		// A twin committed the same (user, key) first: our transaction
+		// rolled back (returning the stock), so answer from the original.
+		saved, lerr := s.lookup(ctx, p.UserID, p.IdempotencyKey)
+		if lerr != nil {
+			return Outcome{}, fmt.Errorf("store: place order: re-read after a concurrent twin: %w", lerr)
+		}
+		return replay(saved, p.Fingerprint)
+	}
+	return out, err
+}
+
+// placeTx runs the PlaceOrder transaction. A unique violation on
+// (user_id, idempotency_key) is returned as is, after rollback.
+func (s *Store) placeTx(ctx context.Context, p PlaceOrder, orderID string) (_ Outcome, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("store: place order: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+
+	if !s.noTwinLock {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, p.UserID, p.IdempotencyKey); err != nil {
+			return Outcome{}, fmt.Errorf("store: place order: lock key: %w", err)
+		}
+	}
+	saved, err := lookupTx(ctx, tx, p.UserID, p.IdempotencyKey)
+	switch {
+	case err == nil:
+		out, rerr := replay(saved, p.Fingerprint)
+		if cerr := tx.Commit(ctx); cerr != nil {
+			return Outcome{}, fmt.Errorf("store: place order: end read: %w", cerr)
+		}
+		return out, rerr
+	case !errors.Is(err, ErrNotFound):
+		return Outcome{}, err
+	}
+
+	var price int64
+	err = s.stock.Update(ctx, tx, fencing.Update{
+		Key:       p.ProductID,
+		Fence:     p.Fence,
+		Set:       []fencing.Assignment{fencing.Sub("available", p.Quantity)},
+		Where:     []fencing.Condition{fencing.Ge("available", p.Quantity)},
+		Returning: []string{"price_cents"},
+	}, &price)
+	switch {
+	case errors.Is(err, fencing.ErrNotFound):
+		return Outcome{}, fmt.Errorf("%w: %q", ErrUnknownProduct, p.ProductID)
+	case errors.Is(err, fencing.ErrStaleFence):
+		return Outcome{}, fmt.Errorf("store: place order: %w", err)
+	case errors.Is(err, fencing.ErrConditionFailed):
+		return s.saveOutOfStock(ctx, tx, p)
+	case err != nil:
+		return Outcome{}, fmt.Errorf("store: place order: take stock: %w", err)
+	}
+	if price > math.MaxInt64/p.Quantity {
+		return Outcome{}, fmt.Errorf("%w: amount %d x %d overflows", ErrInvalid, price, p.Quantity)
+	}
+
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	o := Order{
+		ID:             orderID,
+		UserID:         p.UserID,
+		ProductID:      p.ProductID,
+		Quantity:       p.Quantity,
+		AmountCents:    price * p.Quantity,
+		IdempotencyKey: p.IdempotencyKey,
+		Fingerprint:    p.Fingerprint,
+		Status:         StatusCreated,
+		Fence:          p.Fence,
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}
+	status, body, err := render(func() (int, []byte) { return p.Render(o) })
+	if err != nil {
+		return Outcome{}, err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO orders (`+orderColumns+`, response_status, response_body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		o.ID, o.UserID, o.ProductID, o.Quantity, o.AmountCents, o.IdempotencyKey,
+		o.Fingerprint, o.Status, o.Fence, o.CreatedAt, o.UpdatedAt, status, body)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("store: place order: insert: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, fmt.Errorf("store: place order: commit: %w", err)
+	}
+	return Outcome{
+		Kind:           OutcomeOrder,
+		UserID:         o.UserID,
+		IdempotencyKey: o.IdempotencyKey,
+		Fingerprint:    o.Fingerprint,
+		ProductID:      o.ProductID,
+		Quantity:       o.Quantity,
+		ResponseStatus: status,
+		ResponseBody:   body,
+		CreatedAt:      o.CreatedAt,
+		Order:          o,
+	}, nil
+}
+
+// saveOutOfStock records the rejection and commits.
+func (s *Store) saveOutOfStock(ctx context.Context, tx pgx.Tx, p PlaceOrder) (Outcome, error) {
+	status, body, err := render(func() (int, []byte) {
+		return p.RenderOutOfStock(OutOfStock{
+			UserID:         p.UserID,
+			IdempotencyKey: p.IdempotencyKey,
+			ProductID:      p.ProductID,
+			Quantity:       p.Quantity,
+		})
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	_, err = tx.Exec(ctx, `INSERT INTO request_outcomes (user_id, idempotency_key, request_fingerprint, outcome,
+product_id, quantity, response_status, response_body, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		p.UserID, p.IdempotencyKey, p.Fingerprint, OutcomeOutOfStock, p.ProductID, p.Quantity, status, body, now)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("store: place order: save out-of-stock outcome: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, fmt.Errorf("store: place order: commit out-of-stock outcome: %w", err)
+	}
+	return Outcome{
+		Kind:           OutcomeOutOfStock,
+		UserID:         p.UserID,
+		IdempotencyKey: p.IdempotencyKey,
+		Fingerprint:    p.Fingerprint,
+		ProductID:      p.ProductID,
+		Quantity:       p.Quantity,
+		ResponseStatus: status,
+		ResponseBody:   body,
+		CreatedAt:      now,
+	}, outOfStockErr(p.ProductID, p.Quantity)
+}
+
+func outOfStockErr(productID string, qty int64) error {
+	return fmt.Errorf("%w: product %q, quantity %d", ErrOutOfStock, productID, qty)
+}
+
+// render calls a render hook and checks its status code.
+func render(f func() (int, []byte)) (int, []byte, error) {
+	status, body := f()
+	if status < 100 || status > 599 {
+		return 0, nil, fmt.Errorf("%w: render hook returned HTTP status %d", ErrInvalid, status)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return status, body, nil
+}
+
+// replay answers a request from a saved outcome.
+func replay(saved Outcome, fingerprint string) (Outcome, error) {
+	if saved.Fingerprint != fingerprint {
+		return Outcome{}, fmt.Errorf("%w: user %q key %q", ErrFingerprintMismatch, saved.UserID, saved.IdempotencyKey)
+	}
+	saved.Replayed = true
+	if saved.Kind == OutcomeOutOfStock {
+		return saved, outOfStockErr(saved.ProductID, saved.Quantity)
+	}
+	return saved, nil
+}
+
+// Lookup returns the outcome saved for (userID, idempotencyKey) with its
+// fingerprint and response snapshot (Replayed is true), or an error
+// wrapping [ErrNotFound].
+//
+// Lookup first waits for any PlaceOrder of the same pair that is still in
+// its transaction, so ErrNotFound means that no outcome was committed and
+// none was being committed when Lookup returned. A request whose processing
+// lease expired can use it to decide between replaying and proceeding.
+func (s *Store) Lookup(ctx context.Context, userID, idempotencyKey string) (Outcome, error) {
+	if err := checkText("user id", userID, MaxIDLen); err != nil {
+		return Outcome{}, err
+	}
+	if err := checkText("idempotency key", idempotencyKey, MaxIdempotencyKeyLen); err != nil {
+		return Outcome{}, err
+	}
+	return s.lookup(ctx, userID, idempotencyKey)
+}
+
+func (s *Store) lookup(ctx context.Context, userID, key string) (Outcome, error) {
+	var out Outcome
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtext($1), hashtext($2))`, userID, key); err != nil {
+			return fmt.Errorf("store: lookup: wait for key: %w", err)
+		}
+		var err error
+		out, err = lookupTx(ctx, tx, userID, key)
+		return err
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	out.Replayed = true
+	return out, nil
+}
+
+// lookupTx reads the saved outcome of (userID, key): an order first, then a
+// saved rejection.
+func lookupTx(ctx context.Context, q querier, userID, key string) (Outcome, error) {
+	var (
+		o      Order
+		status int
+		body   []byte
+	)
+	err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+`, response_status, response_body
+FROM orders WHERE user_id = $1 AND idempotency_key = $2`, userID, key), &o, &status, &body)
+	if err == nil {
+		return Outcome{
+			Kind:           OutcomeOrder,
+			UserID:         o.UserID,
+			IdempotencyKey: o.IdempotencyKey,
+			Fingerprint:    o.Fingerprint,
+			ProductID:      o.ProductID,
+			Quantity:       o.Quantity,
+			ResponseStatus: status,
+			ResponseBody:   body,
+			CreatedAt:      o.CreatedAt,
+			Order:          o,
+		}, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Outcome{}, fmt.Errorf("store: lookup order: %w", err)
+	}
+
+	out := Outcome{UserID: userID, IdempotencyKey: key}
+	err = q.QueryRow(ctx, `SELECT request_fingerprint, outcome, product_id, quantity, response_status, response_body, created_at
+FROM request_outcomes WHERE user_id = $1 AND idempotency_key = $2`, userID, key).
+		Scan(&out.Fingerprint, &out.Kind, &out.ProductID, &out.Quantity, &out.ResponseStatus, &out.ResponseBody, &out.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Outcome{}, fmt.Errorf("%w: no outcome for user %q key %q", ErrNotFound, userID, key)
+	}
+	if err != nil {
+		return Outcome{}, fmt.Errorf("store: lookup outcome: %w", err)
+	}
+	return out, nil
+}
+
+// isIdempotencyConflict reports a unique violation on (user_id,
+// idempotency_key) in orders or request_outcomes.
+func isIdempotencyConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		return false
+	}
+	return pgErr.ConstraintName == "orders_user_idempotency_unique" || pgErr.ConstraintName == "request_outcomes_pkey"
+}

@@ -1,0 +1,289 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quorumlock/quorumlock/fencing"
+)
+
+// Limits on the inputs the store accepts. Longer or larger values are
+// rejected with [ErrInvalid] before anything is written.
+const (
+	// MaxIDLen bounds user ids, product ids and order ids, in bytes.
+	MaxIDLen = 255
+	// MaxIdempotencyKeyLen bounds idempotency keys, in bytes.
+	MaxIdempotencyKeyLen = 255
+	// MaxFingerprintLen bounds request fingerprints, in bytes.
+	MaxFingerprintLen = 256
+	// MaxQuantity is the largest quantity one order may take.
+	MaxQuantity = 1_000_000
+)
+
+var (
+	// ErrInvalid reports bad input (an empty id, a quantity out of range, a
+	// fence that is not positive, ...). Nothing is written.
+	ErrInvalid = errors.New("store: invalid input")
+
+	// ErrNotFound reports that the order, product, payment or saved outcome
+	// does not exist.
+	ErrNotFound = errors.New("store: not found")
+
+	// ErrUnknownProduct reports a PlaceOrder for a product that has no stock
+	// row. Nothing is written.
+	ErrUnknownProduct = errors.New("store: unknown product")
+
+	// ErrOutOfStock reports that the product had fewer units than asked
+	// for. PlaceOrder returns it together with the saved 409 outcome.
+	ErrOutOfStock = errors.New("store: out of stock")
+
+	// ErrFingerprintMismatch reports an idempotency key reused for a
+	// different request. Nothing is written.
+	ErrFingerprintMismatch = errors.New("store: idempotency key reused with a different request")
+
+	// ErrStaleFence reports a PlaceOrder whose fence is not above the last
+	// fence the product's stock row accepted: the caller's lease was
+	// superseded. Nothing is written. It is the same value as
+	// fencing.ErrStaleFence, so either matches with errors.Is.
+	ErrStaleFence = fencing.ErrStaleFence
+
+	// ErrInvalidTransition reports a state change the order's current state
+	// forbids. The error is a [*TransitionError] carrying that state.
+	ErrInvalidTransition = errors.New("store: invalid order state transition")
+)
+
+// Status is an order's state.
+type Status string
+
+// Order states. See the package documentation for the allowed moves.
+const (
+	StatusCreated       Status = "CREATED"
+	StatusPaying        Status = "PAYING"
+	StatusPaid          Status = "PAID"
+	StatusPaymentFailed Status = "PAYMENT_FAILED"
+	StatusCancelled     Status = "CANCELLED"
+)
+
+// Valid reports whether s is one of the order states.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusCreated, StatusPaying, StatusPaid, StatusPaymentFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Final reports whether no move leaves s.
+func (s Status) Final() bool {
+	return s == StatusPaid || s == StatusPaymentFailed || s == StatusCancelled
+}
+
+// CanTransition reports whether the state machine has an edge from -> to.
+func CanTransition(from, to Status) bool {
+	return source(to) == from && from != ""
+}
+
+// source returns the only state that may move to to, or "" when none may.
+func source(to Status) Status {
+	switch to {
+	case StatusPaying, StatusCancelled:
+		return StatusCreated
+	case StatusPaid, StatusPaymentFailed:
+		return StatusPaying
+	}
+	return ""
+}
+
+// Order is one row of the orders table.
+type Order struct {
+	ID             string
+	UserID         string
+	ProductID      string
+	Quantity       int64
+	AmountCents    int64
+	IdempotencyKey string
+	// Fingerprint is the request fingerprint the order was placed with.
+	Fingerprint string
+	Status      Status
+	// Fence is the fencing token the stock decrement carried.
+	Fence     int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Stock is one row of the product_stock table.
+type Stock struct {
+	ProductID  string
+	Available  int64
+	PriceCents int64
+	// LastFence is the highest fence a write to this row accepted.
+	LastFence int64
+}
+
+// TransitionError is the error of a forbidden state change. It matches
+// [ErrInvalidTransition] with errors.Is.
+type TransitionError struct {
+	OrderID string
+	// To is the state that was asked for.
+	To Status
+	// Current is the order's state when the move was refused.
+	Current Status
+}
+
+// Error describes the refused move.
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("%v: order %s is %s, cannot move to %s", ErrInvalidTransition, e.OrderID, e.Current, e.To)
+}
+
+// Unwrap returns ErrInvalidTransition.
+func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }
+
+// Store runs the orders service's statements on a Postgres pool. It is safe
+// for concurrent use. The schema must have been migrated (see [Migrate]).
+type Store struct {
+	pool  *pgxpool.Pool
+	stock *fencing.Table
+	newID func() (string, error)
+	// noTwinLock skips the advisory lock that serializes twins, so tests
+	// can exercise the unique-violation path behind it.
+	noTwinLock bool
+}
+
+// Option configures [New].
+type Option func(*Store) error
+
+// WithOrderIDs replaces the generator of order ids (random "ord_" + 32 hex
+// digits by default). The generator must return unique, non-empty ids of at
+// most [MaxIDLen] bytes; it is meant for tests and migrations from older
+// systems.
+func WithOrderIDs(gen func() (string, error)) Option {
+	return func(s *Store) error {
+		if gen == nil {
+			return fmt.Errorf("%w: nil order id generator", ErrInvalid)
+		}
+		s.newID = gen
+		return nil
+	}
+}
+
+// New returns a Store on pool. The caller keeps ownership of the pool and
+// closes it after the last call.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalid)
+	}
+	stock, err := fencing.NewTable("product_stock", "product_id")
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	s := &Store{pool: pool, stock: stock, newID: NewOrderID}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+const orderColumns = `order_id, user_id, product_id, quantity, amount_cents, idempotency_key,
+request_fingerprint, status, fence, created_at, updated_at`
+
+// scanOrder reads orderColumns, then extra destinations.
+func scanOrder(row pgx.Row, o *Order, extra ...any) error {
+	dest := append([]any{
+		&o.ID, &o.UserID, &o.ProductID, &o.Quantity, &o.AmountCents, &o.IdempotencyKey,
+		&o.Fingerprint, &o.Status, &o.Fence, &o.CreatedAt, &o.UpdatedAt,
+	}, extra...)
+	return row.Scan(dest...)
+}
+
+// querier is what the read helpers need: a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// GetOrder returns the order with id orderID, or an error wrapping
+// [ErrNotFound].
+func (s *Store) GetOrder(ctx context.Context, orderID string) (Order, error) {
+	if err := checkText("order id", orderID, MaxIDLen); err != nil {
+		return Order{}, err
+	}
+	return getOrder(ctx, s.pool, orderID)
+}
+
+func getOrder(ctx context.Context, q querier, orderID string) (Order, error) {
+	var o Order
+	err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE order_id = $1`, orderID), &o)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, fmt.Errorf("%w: order %q", ErrNotFound, orderID)
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("store: get order %q: %w", orderID, err)
+	}
+	return o, nil
+}
+
+// SeedProduct creates the stock row of productID or resets its available
+// units and price; its fence history (last_fence) is kept. It is meant for
+// tests, the demo and back-office tools; orders move stock through
+// PlaceOrder and Transition.
+func (s *Store) SeedProduct(ctx context.Context, productID string, available, priceCents int64) error {
+	if err := checkText("product id", productID, MaxIDLen); err != nil {
+		return err
+	}
+	if available < 0 || priceCents < 0 {
+		return fmt.Errorf("%w: available %d and price %d must not be negative", ErrInvalid, available, priceCents)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO product_stock (product_id, available, price_cents) VALUES ($1, $2, $3)
+ON CONFLICT (product_id) DO UPDATE SET available = EXCLUDED.available, price_cents = EXCLUDED.price_cents`,
+		productID, available, priceCents)
+	if err != nil {
+		return fmt.Errorf("store: seed product %q: %w", productID, err)
+	}
+	return nil
+}
+
+// Stock returns the stock row of productID, or an error wrapping
+// [ErrNotFound].
+func (s *Store) Stock(ctx context.Context, productID string) (Stock, error) {
+	if err := checkText("product id", productID, MaxIDLen); err != nil {
+		return Stock{}, err
+	}
+	st := Stock{ProductID: productID}
+	err := s.pool.QueryRow(ctx, `SELECT available, price_cents, last_fence FROM product_stock WHERE product_id = $1`, productID).
+		Scan(&st.Available, &st.PriceCents, &st.LastFence)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Stock{}, fmt.Errorf("%w: product %q", ErrNotFound, productID)
+	}
+	if err != nil {
+		return Stock{}, fmt.Errorf("store: stock of %q: %w", productID, err)
+	}
+	return st, nil
+}
+
+// checkText validates an identifier-like string argument.
+func checkText(what, s string, maxLen int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	case len(s) > maxLen:
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalid, what, len(s), maxLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalid, what)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Transition moves order orderID to state to along the only edge that leads
+// there (PAYING and CANCELLED from CREATED, PAID and PAYMENT_FAILED from
+// PAYING), with a conditional UPDATE. Moving to CANCELLED returns the
+// order's quantity to stock in the same transaction.
+//
+// When the order is already in state to, Transition returns it and does
+// nothing: a repeated PAID or CANCELLED is a success, and a repeated cancel
+// does not restock twice. Any other current state gives a
+// [*TransitionError] (matching [ErrInvalidTransition]) together with the
+// order as it is. A missing order gives [ErrNotFound]; a target that no
+// edge reaches (CREATED, or an unknown state) gives [ErrInvalid].
+//
+// Transitions to PAYING, PAID and PAYMENT_FAILED are normally made by the
+// payment package through [Store.BeginPayment] and [Store.SettlePayment],
+// which keep the payments table in step.
+func (s *Store) Transition(ctx context.Context, orderID string, to Status) (Order, error) {
+	if err := checkText("order id", orderID, MaxIDLen); err != nil {
+		return Order{}, err
+	}
+	if source(to) == "" {
+		return Order{}, fmt.Errorf("%w: no transition leads to state %q", ErrInvalid, to)
+	}
+	var (
+		o   Order
+		err error
+	)
+	txErr := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		o, _, err = transitionTx(ctx, tx, orderID, to)
+		if errors.Is(err, ErrInvalidTransition) {
+			return nil // commit the read; the refusal is returned below
+		}
+		return err
+	})
+	if err != nil {
+		return o, err
+	}
+	if txErr != nil {
+		return Order{}, fmt.Errorf("store: transition order %q to %s: %w", orderID, to, txErr)
+	}
+	return o, nil
+}
+
+// Cancel moves a CREATED order to CANCELLED and returns its quantity to
+// stock, exactly once however often and concurrently it is called. It is
+// Transition(ctx, orderID, StatusCancelled).
+func (s *Store) Cancel(ctx context.Context, orderID string) (Order, error) {
+	return s.Transition(ctx, orderID, StatusCancelled)
+}
+
+// transitionTx performs the move inside tx. moved is true when this call
+// changed the state; false with a nil error means the order was already in
+// state to.
+func transitionTx(ctx context.Context, tx pgx.Tx, orderID string, to Status) (o Order, moved bool, err error) {
+	from := source(to)
+	err = scanOrder(tx.QueryRow(ctx, `UPDATE orders SET status = $3, updated_at = now()
+WHERE order_id = $1 AND status = $2
+RETURNING `+orderColumns, orderID, from, to), &o)
+	switch {
+	case err == nil:
+		if to == StatusCancelled {
+			tag, err := tx.Exec(ctx, `UPDATE product_stock SET available = available + $2 WHERE product_id = $1`, o.ProductID, o.Quantity)
+			if err != nil {
+				return Order{}, false, fmt.Errorf("store: cancel order %q: restock: %w", orderID, err)
+			}
+			if tag.RowsAffected() != 1 {
+				return Order{}, false, fmt.Errorf("store: cancel order %q: restock: product %q has no stock row", orderID, o.ProductID)
+			}
+		}
+		return o, true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Order{}, false, fmt.Errorf("store: transition order %q to %s: %w", orderID, to, err)
+	}
+
+	// No row changed: answer from the current state.
+	cur, err := getOrder(ctx, tx, orderID)
+	if err != nil {
+		return Order{}, false, err
+	}
+	if cur.Status == to {
+		return cur, false, nil
+	}
+	return cur, false, &TransitionError{OrderID: orderID, To: to, Current: cur.Status}
+}
