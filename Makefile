@@ -68,7 +68,8 @@ build:
 	$(GO) build ./...
 
 demo: images
-	$(GO) run ./cmd/quorumctl demo
+	$(GO) build -o bin/ordersd ./cmd/ordersd
+	$(GO) run ./cmd/quorumctl demo -ordersd bin/ordersd
 
 clean:
 	rm -rf compose/bin

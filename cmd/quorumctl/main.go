@@ -1,6 +1,7 @@
 // Command quorumctl starts and inspects a quorumlock test bed.
 //
-//	quorumctl demo          start five Redis masters and Postgres, show each answering, stop
+//	quorumctl demo [-ordersd PATH]   start five Redis masters and Postgres, show each answering,
+//	                                 run the seed scenario against three ordersd processes, stop
 //	quorumctl bed [-hold]   start a bed, print its addresses as environment lines;
 //	                        with -hold keep it up until interrupted
 //
@@ -36,11 +37,15 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: quorumctl demo | bed [-redis N] [-hold]")
+		return errors.New("usage: quorumctl demo [-ordersd PATH] | bed [-redis N] [-hold]")
 	}
 	switch args[0] {
 	case "demo":
-		return demo(ctx, out)
+		bin, err := demoFlags(args[1:])
+		if err != nil {
+			return err
+		}
+		return demo(ctx, bin, out)
 	case "bed":
 		return bed(ctx, args[1:], out)
 	default:
@@ -70,8 +75,9 @@ func bed(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// demo starts the bed and shows every server answering.
-func demo(ctx context.Context, out io.Writer) error {
+// demo starts the bed, shows every server answering, and runs the seed
+// scenario against three ordersd processes.
+func demo(ctx context.Context, bin string, out io.Writer) error {
 	start := time.Now()
 	b, err := testbed.New(ctx, testbed.Options{Redis: 5, Postgres: true})
 	if err != nil {
@@ -99,7 +105,7 @@ func demo(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	fmt.Fprintf(out, "  postgres at %s: PostgreSQL %s\n", b.Postgres.Addr(), version)
-	return nil
+	return seedScenario(ctx, b, bin, out)
 }
 
 func infoField(info, key string) string {

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/orders"
+)
+
+// config is ordersd's configuration. Every field comes from a flag whose
+// default is read from the environment variable named beside it.
+type config struct {
+	listen       string          // ORDERS_LISTEN
+	redisAddrs   []string        // ORDERS_REDIS_ADDRS
+	databaseURL  string          // ORDERS_DATABASE_URL
+	jwtSecret    string          // ORDERS_JWT_SECRET
+	fallback     orders.Fallback // ORDERS_LOCK_FALLBACK
+	lockTTL      time.Duration   // ORDERS_LOCK_TTL
+	lockWait     time.Duration   // ORDERS_LOCK_WAIT
+	nodeTimeout  time.Duration   // ORDERS_NODE_TIMEOUT
+	idemTTL      time.Duration   // ORDERS_IDEMPOTENCY_TTL
+	idemLease    time.Duration   // ORDERS_PROCESSING_LEASE
+	reconcile    time.Duration   // ORDERS_RECONCILE_INTERVAL
+	migrate      bool            // ORDERS_MIGRATE
+	shutdownWait time.Duration
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envDuration(fs *flag.FlagSet, errs *[]error, p *time.Duration, name, envName string, def time.Duration, usage string) {
+	d := def
+	if v, ok := os.LookupEnv(envName); ok {
+		parsed, err := time.ParseDuration(v)
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("%s=%q: %w", envName, v, err))
+		}
+		d = parsed
+	}
+	fs.DurationVar(p, name, d, usage+" ("+envName+")")
+}
+
+// parseConfig reads flags over the environment and checks the result.
+func parseConfig(args []string) (config, error) {
+	var c config
+	var errs []error
+	fs := flag.NewFlagSet("ordersd serve", flag.ContinueOnError)
+	fs.StringVar(&c.listen, "listen", env("ORDERS_LISTEN", "127.0.0.1:8080"), "HTTP listen address (ORDERS_LISTEN)")
+	addrs := fs.String("redis-addrs", env("ORDERS_REDIS_ADDRS", ""), "comma-separated independent Redis masters, an odd number (ORDERS_REDIS_ADDRS)")
+	fs.StringVar(&c.databaseURL, "database-url", env("ORDERS_DATABASE_URL", ""), "Postgres URL (ORDERS_DATABASE_URL)")
+	fs.StringVar(&c.jwtSecret, "jwt-secret", env("ORDERS_JWT_SECRET", ""), "HS256 secret, 16 bytes or more (ORDERS_JWT_SECRET)")
+	fallback := fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
+	envDuration(fs, &errs, &c.lockTTL, "lock-ttl", "ORDERS_LOCK_TTL", 5*time.Second, "stock lock TTL")
+	envDuration(fs, &errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 2*time.Second, "longest wait for the stock lock")
+	envDuration(fs, &errs, &c.nodeTimeout, "node-timeout", "ORDERS_NODE_TIMEOUT", 0, "per-node Redis timeout of the lock (0: the lock's default)")
+	envDuration(fs, &errs, &c.idemTTL, "idempotency-ttl", "ORDERS_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency record is kept in Redis")
+	envDuration(fs, &errs, &c.idemLease, "processing-lease", "ORDERS_PROCESSING_LEASE", 10*time.Second, "how long a request may process before a retry may take it over")
+	envDuration(fs, &errs, &c.reconcile, "reconcile-interval", "ORDERS_RECONCILE_INTERVAL", 5*time.Second, "how often payments stuck in PAYING are settled")
+	migrate := fs.Bool("migrate", env("ORDERS_MIGRATE", "true") == "true", "run the migrations on start (ORDERS_MIGRATE)")
+	fs.DurationVar(&c.shutdownWait, "shutdown-wait", 10*time.Second, "how long in-flight requests may finish on shutdown")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.migrate = *migrate
+	for _, a := range strings.Split(*addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.redisAddrs = append(c.redisAddrs, a)
+		}
+	}
+	f, err := orders.ParseFallback(*fallback)
+	errs = append(errs, err)
+	c.fallback = f
+	errs = append(errs, c.check())
+	return c, errors.Join(errs...)
+}
+
+func (c config) check() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.listen); err != nil {
+		errs = append(errs, fmt.Errorf("ORDERS_LISTEN %q: %w", c.listen, err))
+	}
+	if len(c.redisAddrs) == 0 {
+		errs = append(errs, errors.New("ORDERS_REDIS_ADDRS is empty: give the Redis masters, comma-separated"))
+	}
+	seen := map[string]bool{}
+	for _, a := range c.redisAddrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("ORDERS_REDIS_ADDRS entry %q: %w", a, err))
+		}
+		if seen[a] {
+			errs = append(errs, fmt.Errorf("ORDERS_REDIS_ADDRS names %s twice", a))
+		}
+		seen[a] = true
+	}
+	if c.databaseURL == "" {
+		errs = append(errs, errors.New("ORDERS_DATABASE_URL is empty"))
+	}
+	if len(c.jwtSecret) < 16 {
+		errs = append(errs, errors.New("ORDERS_JWT_SECRET must be at least 16 bytes"))
+	}
+	for name, d := range map[string]time.Duration{
+		"ORDERS_LOCK_TTL": c.lockTTL, "ORDERS_LOCK_WAIT": c.lockWait, "ORDERS_IDEMPOTENCY_TTL": c.idemTTL,
+		"ORDERS_PROCESSING_LEASE": c.idemLease, "ORDERS_RECONCILE_INTERVAL": c.reconcile,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
+		}
+	}
+	if c.nodeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ORDERS_NODE_TIMEOUT must not be negative, got %v", c.nodeTimeout))
+	}
+	if c.idemLease >= c.idemTTL {
+		errs = append(errs, fmt.Errorf("ORDERS_PROCESSING_LEASE (%v) must be shorter than ORDERS_IDEMPOTENCY_TTL (%v)", c.idemLease, c.idemTTL))
+	}
+	return errors.Join(errs...)
+}

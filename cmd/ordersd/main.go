@@ -1,0 +1,281 @@
+// Command ordersd serves the idempotent order API on Redis masters and
+// Postgres.
+//
+//	ordersd [serve] [flags]                  serve HTTP (flags and ORDERS_* variables: see -h)
+//	ordersd migrate                          run the database migrations and exit
+//	ordersd token -user u1001 [-ttl 1h]      print a dev bearer token signed with ORDERS_JWT_SECRET
+//	ordersd seed -product 42 -stock 1 [-price 1999]   set a product's stock (for demos and tests)
+//
+// Endpoints besides the API: /healthz (the process is up), /readyz
+// (Postgres and a majority of the Redis masters answer), /metrics
+// (Prometheus).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/quorum/quorumprom"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "ordersd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		cfg, err := parseConfig(args)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, cfg, nil, stderr)
+	case "migrate":
+		url := env("ORDERS_DATABASE_URL", "")
+		if url == "" {
+			return errors.New("ORDERS_DATABASE_URL is empty")
+		}
+		v, err := store.MigrateDSN(ctx, url)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "database at version %d\n", v)
+		return nil
+	case "token":
+		return token(args, stdout)
+	case "seed":
+		return seed(ctx, args, stdout)
+	}
+	return fmt.Errorf("unknown command %q: want serve, migrate, token or seed", cmd)
+}
+
+func token(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("ordersd token", flag.ContinueOnError)
+	user := fs.String("user", "", "user id (the token's sub)")
+	ttl := fs.Duration("ttl", time.Hour, "lifetime")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tok, err := auth.Mint([]byte(env("ORDERS_JWT_SECRET", "")), *user, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}
+
+func seed(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("ordersd seed", flag.ContinueOnError)
+	product := fs.String("product", "", "product id")
+	stock := fs.Int64("stock", -1, "units available")
+	price := fs.Int64("price", 0, "unit price in cents")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, env("ORDERS_DATABASE_URL", ""))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := store.MigrateDSN(ctx, env("ORDERS_DATABASE_URL", "")); err != nil {
+		return err
+	}
+	st, err := store.New(pool)
+	if err != nil {
+		return err
+	}
+	if err := st.SeedProduct(ctx, *product, *stock, *price); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "product %s: %d units at %d cents\n", *product, *stock, *price)
+	return nil
+}
+
+// redisOptions are the go-redis options of a lock client: calls bounded by
+// their context, no automatic retries (a retried SET NX could report a
+// lock it won as lost), short socket timeouts.
+func redisOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 64, DisableIdentity: true,
+	}
+}
+
+// serve runs the HTTP server until ctx ends. When ready is not nil, it
+// receives the bound address once the server listens.
+func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if cfg.migrate {
+		if _, err := store.MigrateDSN(ctx, cfg.databaseURL); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	pool, err := pgxpool.New(ctx, cfg.databaseURL)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer pool.Close()
+	clients := make([]redis.UniversalClient, len(cfg.redisAddrs))
+	for i, a := range cfg.redisAddrs {
+		clients[i] = redis.NewClient(redisOptions(a))
+	}
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+
+	issuer, err := fencing.NewIssuer(pool)
+	if err != nil {
+		return err
+	}
+	obs, err := quorumprom.New(reg)
+	if err != nil {
+		return err
+	}
+	lockOpts := []quorum.Option{quorum.WithTTL(cfg.lockTTL), quorum.WithMaxWait(cfg.lockWait),
+		quorum.WithFencer(issuer), quorum.WithObserver(obs)}
+	if cfg.nodeTimeout > 0 {
+		lockOpts = append(lockOpts, quorum.WithNodeTimeout(cfg.nodeTimeout))
+	}
+	locker, err := quorum.New(clients, lockOpts...)
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	claims, err := idem.New(clients, idem.WithTTL(cfg.idemTTL), idem.WithLease(cfg.idemLease))
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	st, err := store.New(pool)
+	if err != nil {
+		return err
+	}
+	payments, err := payment.NewService(st, payment.NewFake())
+	if err != nil {
+		return err
+	}
+	verifier, err := auth.NewVerifier([]byte(cfg.jwtSecret))
+	if err != nil {
+		return err
+	}
+	metrics, err := orders.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	svc, err := orders.New(st, issuer,
+		orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
+		orders.WithFallback(cfg.fallback), orders.WithPayments(payments),
+		orders.WithMetrics(metrics), orders.WithLogger(log))
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	api := svc.Handler(verifier)
+	mux.Handle("/orders", api)
+	mux.Handle("/orders/", api)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := readiness(r.Context(), pool, clients); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+	log.Info("ordersd listening", "addr", ln.Addr().String(), "redis", cfg.redisAddrs, "fallback", cfg.fallback)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+
+	bg, stopBG := context.WithCancel(ctx)
+	reconciled := make(chan struct{})
+	go func() {
+		defer close(reconciled)
+		_ = payments.RunReconciler(bg, cfg.reconcile, cfg.reconcile, func(rep payment.ReconcileReport, err error) {
+			if err != nil {
+				log.Warn("reconcile", "err", err)
+			}
+		})
+	}()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+		log.Info("ordersd shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownWait)
+		serveErr = srv.Shutdown(sctx)
+		cancel()
+		<-served
+	}
+	stopBG()
+	<-reconciled
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+// readiness checks Postgres and a majority of the Redis masters.
+func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	up := 0
+	for _, c := range clients {
+		if c.Ping(ctx).Err() == nil {
+			up++
+		}
+	}
+	if up < len(clients)/2+1 {
+		return fmt.Errorf("redis: %d of %d masters answer, a majority is %d", up, len(clients), len(clients)/2+1)
+	}
+	return nil
+}

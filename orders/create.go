@@ -1,0 +1,299 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/problem"
+	"github.com/quorumlock/quorumlock/orders/request"
+	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Headers of the HTTP contract.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderReplayed       = "Idempotent-Replayed"
+)
+
+// Reply is a complete HTTP answer: status, headers and body bytes.
+type Reply struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func jsonReply(status int, body []byte) Reply {
+	h := http.Header{}
+	h.Set("Content-Type", contentTypeFor(status))
+	return Reply{Status: status, Header: h, Body: body}
+}
+
+// contentTypeFor is the media type of a saved snapshot: a problem for
+// errors, plain JSON for successes.
+func contentTypeFor(status int) string {
+	if status >= 400 {
+		return problem.ContentType
+	}
+	return "application/json"
+}
+
+func problemReply(p problem.Problem) Reply {
+	body, err := problem.Encode(p)
+	if err != nil {
+		body = []byte(`{"status":500,"title":"Internal Server Error"}`)
+	}
+	h := http.Header{}
+	for k, v := range p.Header {
+		h[k] = append([]string(nil), v...)
+	}
+	h.Set("Content-Type", problem.ContentType)
+	return Reply{Status: problem.StatusOf(p), Header: h, Body: body}
+}
+
+func replay(status int, contentType string, body []byte) Reply {
+	r := jsonReply(status, body)
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	r.Header.Set(HeaderReplayed, "true")
+	return r
+}
+
+// requestLocation is where a client polls a request still in progress.
+func requestLocation(key string) string { return "/orders/requests/" + url.PathEscape(key) }
+
+// Create places the order o for user under the client's idempotency key, or
+// answers from what an earlier attempt with the same key saved. It never
+// returns an error: every outcome is a Reply.
+func (s *Service) Create(ctx context.Context, user, key string, o request.Order) Reply {
+	fp := o.Fingerprint()
+	k, err := idem.NewKey(user, key)
+	if err != nil {
+		return problemReply(problem.InvalidIdempotencyKey(err.Error()))
+	}
+	owner := idem.NewOwner()
+	claimed := false
+	if s.idem != nil {
+		res, err := s.idem.Claim(ctx, k, fp, owner)
+		outcome := "UNAVAILABLE"
+		if err == nil {
+			outcome = res.Outcome.String()
+		}
+		s.metrics.claim(outcome)
+		switch {
+		case err != nil:
+			// The fast path is down: Postgres arbitrates alone.
+			s.log.Warn("idempotency claim unavailable; Postgres arbitrates", "err", err)
+		case res.Outcome == idem.Success:
+			return replay(res.Response.Status, res.Response.ContentType, res.Response.Body)
+		case res.Outcome == idem.InProgress:
+			return s.inProgress(key, res.Lease)
+		case res.Outcome == idem.FingerprintMismatch:
+			return problemReply(problem.FingerprintMismatch())
+		case res.Outcome == idem.Takeover:
+			// The previous attempt's processing lease ran out. Postgres says
+			// whether it left an outcome before this attempt proceeds.
+			if r, done := s.afterTakeover(ctx, k, fp, owner); done {
+				return r
+			}
+			claimed = true
+		default: // idem.Created
+			claimed = true
+		}
+	}
+	reply, v, lease := s.place(ctx, user, key, fp, o)
+	if claimed {
+		s.settleClaim(ctx, k, owner, reply, v)
+	}
+	s.unlock(ctx, lease)
+	return reply
+}
+
+// inProgress is the 202 for a request another attempt is processing.
+func (s *Service) inProgress(key string, lease time.Duration) Reply {
+	if lease < time.Second {
+		lease = time.Second
+	}
+	r := jsonReply(http.StatusAccepted, []byte(`{"status":"IN_PROGRESS"}`))
+	r.Header.Set("Retry-After", problem.RetryAfter(lease))
+	r.Header.Set("Location", requestLocation(key))
+	return r
+}
+
+// afterTakeover checks Postgres for the outcome of an attempt whose
+// processing lease expired. done is false when there is provably none, so
+// this attempt may proceed.
+func (s *Service) afterTakeover(ctx context.Context, k idem.Key, fp, owner string) (Reply, bool) {
+	out, err := s.store.Lookup(ctx, k.User(), k.Value())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Reply{}, false
+	case err != nil:
+		// Neither side can tell what the earlier attempt did: say so, and
+		// keep the claim, so the next attempt checks again.
+		s.log.Error("takeover: outcome unknown", "err", err)
+		return problemReply(problem.OutcomeUnknown(s.retry)), true
+	case out.Fingerprint != fp:
+		_ = s.idem.Release(ctx, k, owner)
+		return problemReply(problem.FingerprintMismatch()), true
+	}
+	s.metrics.repair()
+	resp := idem.Response{Status: out.ResponseStatus, ContentType: contentTypeFor(out.ResponseStatus), Body: out.ResponseBody}
+	if err := s.idem.Repair(ctx, k, fp, resp); err != nil {
+		s.log.Warn("takeover: repair of the idempotency record failed", "err", err)
+	}
+	return replay(out.ResponseStatus, resp.ContentType, out.ResponseBody), true
+}
+
+// settleClaim records a final answer in Redis, or drops the claim so that
+// a retry can proceed.
+func (s *Service) settleClaim(ctx context.Context, k idem.Key, owner string, r Reply, v verdict) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var err error
+	switch v {
+	case final:
+		err = s.idem.Complete(ctx, k, owner, idem.Response{Status: r.Status, ContentType: r.Header.Get("Content-Type"), Body: r.Body})
+	case retryable:
+		err = s.idem.Release(ctx, k, owner)
+	case unknown:
+		// Keep the claim: when its lease expires, the next attempt asks
+		// Postgres before it proceeds.
+	}
+	if err != nil {
+		// Postgres holds the truth; the next attempt repairs Redis.
+		s.log.Warn("idempotency record not updated", "verdict", v, "err", err)
+	}
+}
+
+// verdict says what a reply means for the idempotency record.
+type verdict int
+
+const (
+	// retryable: nothing was saved; drop the claim so a retry proceeds.
+	retryable verdict = iota
+	// final: the saved answer of (user, key); record it in Redis.
+	final
+	// unknown: the outcome is in doubt; keep the claim, so the attempt
+	// after its lease expires asks Postgres first.
+	unknown
+)
+
+// place locks the product's stock (or arbitrates with Postgres alone) and
+// runs the order transaction. The returned lease, when not nil, is still
+// held.
+func (s *Service) place(ctx context.Context, user, key, fp string, o request.Order) (Reply, verdict, Lease) {
+	p := store.PlaceOrder{
+		UserID: user, IdempotencyKey: key, Fingerprint: fp,
+		ProductID: o.ProductID, Quantity: int64(o.Quantity),
+		RenderOutOfStock: renderOutOfStock,
+	}
+	for attempt := 1; ; attempt++ {
+		lease, fence, r, ok := s.fence(ctx, p.ProductID)
+		if !ok {
+			return r, retryable, nil
+		}
+		p.Fence = fence
+		out, err := s.store.PlaceOrder(ctx, p)
+		switch {
+		case err == nil && out.Replayed:
+			s.metrics.place("replayed")
+			return replay(out.ResponseStatus, contentTypeFor(out.ResponseStatus), out.ResponseBody), final, lease
+		case err == nil:
+			s.metrics.place("created")
+			return jsonReply(out.ResponseStatus, out.ResponseBody), final, lease
+		case errors.Is(err, store.ErrOutOfStock):
+			s.metrics.place("out_of_stock")
+			r := jsonReply(out.ResponseStatus, out.ResponseBody)
+			if out.Replayed {
+				r.Header.Set(HeaderReplayed, "true")
+			}
+			return r, final, lease
+		case errors.Is(err, store.ErrFingerprintMismatch):
+			s.metrics.place("fingerprint_mismatch")
+			return problemReply(problem.FingerprintMismatch()), retryable, lease
+		case errors.Is(err, store.ErrUnknownProduct):
+			s.metrics.place("unknown_product")
+			return problemReply(problem.UnknownProduct(p.ProductID)), retryable, lease
+		case errors.Is(err, store.ErrStaleFence):
+			// A newer holder wrote first: this lease was lost. Take a new
+			// one and try again, a bounded number of times.
+			s.metrics.place("stale_fence")
+			s.unlock(ctx, lease)
+			if attempt < s.attempts && ctx.Err() == nil {
+				continue
+			}
+			return problemReply(problem.ServiceUnavailable("the stock changed hands during the request; retry", s.retry)), retryable, nil
+		case errors.Is(err, store.ErrInvalid):
+			s.metrics.place("invalid")
+			return problemReply(problem.InvalidRequest("", err.Error())), retryable, lease
+		}
+		// The transaction failed in a way that may or may not have
+		// committed. Postgres can tell.
+		s.metrics.place("error")
+		s.log.Error("place order failed", "err", err)
+		r, v := s.ambiguous(ctx, user, key, fp)
+		return r, v, lease
+	}
+}
+
+// ambiguous answers after a transaction whose commit is in doubt.
+func (s *Service) ambiguous(ctx context.Context, user, key, fp string) (Reply, verdict) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	out, err := s.store.Lookup(lctx, user, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return problemReply(problem.ServiceUnavailable("the order could not be placed; retry with the same Idempotency-Key", s.retry)), retryable
+	case err == nil && out.Fingerprint == fp:
+		return replay(out.ResponseStatus, contentTypeFor(out.ResponseStatus), out.ResponseBody), final
+	case err == nil:
+		return problemReply(problem.FingerprintMismatch()), retryable
+	}
+	return problemReply(problem.OutcomeUnknown(s.retry)), unknown
+}
+
+// fence takes the stock lock and its fence, or, when the lock cannot be
+// had, a fence straight from the Fencer (FallbackDB) or a 503
+// (FallbackReject). ok is false when r is the answer.
+func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fence int64, r Reply, ok bool) {
+	key := stockKey(productID)
+	if s.locker != nil {
+		l, err := s.locker.Lock(ctx, key)
+		switch {
+		case err == nil:
+			return l, l.Fence(), Reply{}, true
+		case ctx.Err() != nil:
+			return nil, 0, problemReply(problem.ServiceUnavailable("request cancelled", s.retry)), false
+		case s.fallback == FallbackReject:
+			s.metrics.fallback(string(FallbackReject))
+			s.log.Warn("stock lock unavailable; rejecting", "key", key, "err", err)
+			return nil, 0, problemReply(problem.ServiceUnavailable("the stock lock is unavailable", s.retry)), false
+		}
+		s.metrics.fallback(string(FallbackDB))
+		s.log.Warn("stock lock unavailable; Postgres arbitrates", "key", key, "err", err,
+			"quorum_unavailable", errors.Is(err, quorum.ErrQuorumUnavailable))
+	}
+	f, err := s.fencer.Next(ctx, key)
+	if err != nil {
+		s.log.Error("fence unavailable", "key", key, "err", err)
+		return nil, 0, problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry)), false
+	}
+	return nil, f, Reply{}, true
+}
+
+// renderOutOfStock saves the out-of-stock rejection as the same problem
+// document the API sends for it.
+func renderOutOfStock(o store.OutOfStock) (int, []byte) {
+	p := problem.OutOfStock(o.ProductID, int(o.Quantity))
+	body, err := problem.Encode(p)
+	if err != nil {
+		return store.DefaultRenderOutOfStock(o)
+	}
+	return problem.StatusOf(p), body
+}

@@ -1,0 +1,214 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/problem"
+	"github.com/quorumlock/quorumlock/orders/request"
+	"github.com/quorumlock/quorumlock/orders/store"
+)
+
+// Handler serves the order API:
+//
+//	POST /orders                    create (Idempotency-Key required)
+//	GET  /orders/{id}               read one of the caller's orders
+//	POST /orders/{id}/pay           pay (idempotent; payment_request_id = {id}:pay)
+//	POST /orders/{id}/cancel        cancel a CREATED order (restocks)
+//	GET  /orders/requests/{key}     the saved answer of a create request
+//
+// Every route needs Authorization: Bearer <HS256 JWT>; its sub is the user.
+func (s *Service) Handler(v *auth.Verifier) http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, h func(ctx context.Context, user string, r *http.Request) Reply) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			reply := s.authed(r, v, h)
+			write(w, reply, s.log)
+			s.metrics.observe(pattern, reply.Status, time.Since(start).Seconds())
+		})
+	}
+	route("POST /orders", s.handleCreate)
+	route("GET /orders/{id}", s.handleGet)
+	route("POST /orders/{id}/pay", s.handlePay)
+	route("POST /orders/{id}/cancel", s.handleCancel)
+	route("GET /orders/requests/{key}", s.handleRequest)
+	return mux
+}
+
+func (s *Service) authed(r *http.Request, v *auth.Verifier, h func(context.Context, string, *http.Request) Reply) Reply {
+	user, err := v.Verify(r.Context(), r.Header.Get("Authorization"))
+	if err != nil {
+		detail := "a valid bearer token is required"
+		switch {
+		case errors.Is(err, auth.ErrMissingToken):
+			detail = "the Authorization header with a bearer token is missing"
+		case errors.Is(err, auth.ErrExpiredToken):
+			detail = "the bearer token has expired"
+		}
+		rep := problemReply(problem.Unauthorized(detail))
+		rep.Header.Set("WWW-Authenticate", `Bearer realm="orders"`)
+		return rep
+	}
+	return h(r.Context(), user, r)
+}
+
+func write(w http.ResponseWriter, r Reply, log *slog.Logger) {
+	for k, v := range r.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(r.Status)
+	if _, err := w.Write(r.Body); err != nil {
+		log.Debug("write response", "err", err)
+	}
+}
+
+func (s *Service) handleCreate(ctx context.Context, user string, r *http.Request) Reply {
+	key, err := request.IdempotencyKey(r.Header)
+	if err != nil {
+		return problemReply(problem.InvalidIdempotencyKey(reason(err)))
+	}
+	o, err := request.Parse(r.Body)
+	if err != nil {
+		if errors.Is(err, request.ErrTooLarge) {
+			return problemReply(problem.PayloadTooLarge(request.MaxBodyBytes))
+		}
+		var re *request.Error
+		field := ""
+		if errors.As(err, &re) {
+			field = re.Field
+		}
+		return problemReply(problem.InvalidRequest(field, reason(err)))
+	}
+	return s.Create(ctx, user, key, o)
+}
+
+func reason(err error) string {
+	var re *request.Error
+	if errors.As(err, &re) && re.Reason != "" {
+		return re.Reason
+	}
+	return err.Error()
+}
+
+// orderView is the JSON form of an order.
+type orderView struct {
+	OrderID     string    `json:"orderId"`
+	Status      string    `json:"status"`
+	ProductID   string    `json:"productId"`
+	Quantity    int64     `json:"quantity"`
+	AmountCents int64     `json:"amountCents"`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+func orderReply(status int, o store.Order) Reply {
+	body, _ := json.Marshal(orderView{
+		OrderID: o.ID, Status: string(o.Status), ProductID: o.ProductID, Quantity: o.Quantity,
+		AmountCents: o.AmountCents, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(),
+	})
+	return jsonReply(status, body)
+}
+
+// own reads an order and checks it belongs to user; another user's order
+// is reported as not found, so ids do not leak.
+func (s *Service) own(ctx context.Context, user, id string) (store.Order, *Reply) {
+	o, err := s.store.GetOrder(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), err == nil && o.UserID != user:
+		r := problemReply(problem.NotFound("no such order"))
+		return o, &r
+	case err != nil:
+		s.log.Error("read order", "err", err)
+		r := problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
+		return o, &r
+	}
+	return o, nil
+}
+
+func (s *Service) handleGet(ctx context.Context, user string, r *http.Request) Reply {
+	o, bad := s.own(ctx, user, r.PathValue("id"))
+	if bad != nil {
+		return *bad
+	}
+	return orderReply(http.StatusOK, o)
+}
+
+func (s *Service) handleCancel(ctx context.Context, user string, r *http.Request) Reply {
+	if _, bad := s.own(ctx, user, r.PathValue("id")); bad != nil {
+		return *bad
+	}
+	o, err := s.store.Cancel(ctx, r.PathValue("id"))
+	return s.transitionReply(o, err)
+}
+
+func (s *Service) handlePay(ctx context.Context, user string, r *http.Request) Reply {
+	if s.payments == nil {
+		return problemReply(problem.New(http.StatusNotImplemented, "payments-disabled", "Payments disabled", "this instance has no payment provider"))
+	}
+	if _, bad := s.own(ctx, user, r.PathValue("id")); bad != nil {
+		return *bad
+	}
+	o, err := s.payments.Pay(ctx, r.PathValue("id"))
+	switch {
+	case errors.Is(err, payment.ErrPending):
+		rep := orderReply(http.StatusAccepted, o)
+		rep.Header.Set("Retry-After", problem.RetryAfter(s.retry))
+		return rep
+	case errors.Is(err, payment.ErrDeclined):
+		return orderReply(http.StatusOK, o) // the order is PAYMENT_FAILED
+	}
+	return s.transitionReply(o, err)
+}
+
+func (s *Service) transitionReply(o store.Order, err error) Reply {
+	var te *store.TransitionError
+	switch {
+	case err == nil:
+		return orderReply(http.StatusOK, o)
+	case errors.As(err, &te):
+		return problemReply(problem.New(http.StatusConflict, "invalid-transition", "Invalid state transition", te.Error()).
+			With("currentStatus", string(te.Current)))
+	case errors.Is(err, store.ErrInvalidTransition):
+		return problemReply(problem.New(http.StatusConflict, "invalid-transition", "Invalid state transition", err.Error()))
+	case errors.Is(err, store.ErrNotFound):
+		return problemReply(problem.NotFound("no such order"))
+	}
+	s.log.Error("order transition", "err", err)
+	return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
+}
+
+// handleRequest answers the saved outcome of a create request, for clients
+// that got 202: the saved status and body, 202 again while in progress, or
+// 404 when nothing is known.
+func (s *Service) handleRequest(ctx context.Context, user string, r *http.Request) Reply {
+	key := r.PathValue("key")
+	k, err := idem.NewKey(user, key)
+	if err != nil {
+		return problemReply(problem.InvalidIdempotencyKey(err.Error()))
+	}
+	if s.idem != nil {
+		rec, err := s.idem.Get(ctx, k)
+		if err == nil && rec.State == idem.StateSuccess && rec.Response != nil {
+			return replay(rec.Response.Status, rec.Response.ContentType, rec.Response.Body)
+		}
+		if err == nil && rec.State == idem.StateInProgress {
+			return s.inProgress(key, time.Until(rec.LeaseUntil))
+		}
+	}
+	out, err := s.store.Lookup(ctx, user, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return problemReply(problem.NotFound("no request with this Idempotency-Key"))
+	case err != nil:
+		return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
+	}
+	return replay(out.ResponseStatus, contentTypeFor(out.ResponseStatus), out.ResponseBody)
+}

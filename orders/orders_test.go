@@ -1,0 +1,295 @@
+package orders_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/integration/checker"
+	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/idem"
+)
+
+// TestSeedScenario: the user clicks "buy" twice and the gateway retries
+// once; three identical requests for the last unit reach three instances.
+// Exactly one order, stock 0, and the same answer for all three.
+func TestSeedScenario(t *testing.T) {
+	r := newRig(t, 1)
+	ins := []*instance{r.instance(t), r.instance(t), r.instance(t)}
+	answers := make([]answer, 3)
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = post(t, in, "u1001", "req-001", buy42)
+		}()
+	}
+	wg.Wait()
+	// Requests still in progress (202) poll until they have the answer.
+	for i, a := range answers {
+		for tries := 0; a.Status == http.StatusAccepted && tries < 100; tries++ {
+			time.Sleep(50 * time.Millisecond)
+			a = post(t, ins[i], "u1001", "req-001", buy42)
+		}
+		answers[i] = a
+	}
+	var resps []checker.Response
+	for i, a := range answers {
+		t.Logf("instance %d: %d %s replayed=%q", i, a.Status, a.Body, a.Header.Get(orders.HeaderReplayed))
+		if a.Status != http.StatusCreated {
+			t.Fatalf("instance %d answered %d %s", i, a.Status, a.Body)
+		}
+		resps = append(resps, checker.Response{UserID: "u1001", IdempotencyKey: "req-001", Status: a.Status, Body: a.Body,
+			OrderID: fmt.Sprint(a.json(t)["orderId"])})
+	}
+	verdict := checker.Orders(map[string]checker.Stock{"42": {Initial: 1, Final: r.stock(t)}}, r.rows(t), resps)
+	if !verdict.OK() {
+		t.Fatal(verdict)
+	}
+	if n := r.orderCount(t, "true"); n != 1 {
+		t.Fatalf("%d orders, want 1", n)
+	}
+	if s := r.stock(t); s != 0 {
+		t.Fatalf("stock %d, want 0", s)
+	}
+	replayed := 0
+	for _, a := range answers {
+		if a.Header.Get(orders.HeaderReplayed) == "true" {
+			replayed++
+		}
+	}
+	if replayed != 2 {
+		t.Fatalf("%d answers marked replayed, want 2", replayed)
+	}
+}
+
+// rows reads the orders table for the checker.
+func (r *rig) rows(t *testing.T) []checker.OrderRow {
+	t.Helper()
+	rows, err := r.pool.Query(context.Background(), "SELECT order_id, user_id, idempotency_key, product_id, quantity, status FROM orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []checker.OrderRow
+	for rows.Next() {
+		var o checker.OrderRow
+		if err := rows.Scan(&o.OrderID, &o.UserID, &o.IdempotencyKey, &o.ProductID, &o.Quantity, &o.Status); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestHundredConcurrentIdenticalRequests: one order, one decrement, every
+// final answer identical.
+func TestHundredConcurrentIdenticalRequests(t *testing.T) {
+	r := newRig(t, 5)
+	ins := []*instance{r.instance(t), r.instance(t), r.instance(t)}
+	answers := make([]answer, 100)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = post(t, ins[i%3], "u1001", "req-100", buy42)
+		}()
+	}
+	wg.Wait()
+	var resps []checker.Response
+	codes := map[int]int{}
+	for _, a := range answers {
+		codes[a.Status]++
+		resp := checker.Response{UserID: "u1001", IdempotencyKey: "req-100", Status: a.Status, Body: a.Body}
+		if a.Status == http.StatusCreated {
+			resp.OrderID = fmt.Sprint(a.json(t)["orderId"])
+		} else if a.Status != http.StatusAccepted {
+			t.Fatalf("unexpected answer %d %s", a.Status, a.Body)
+		}
+		resps = append(resps, resp)
+	}
+	t.Logf("answers: %s", checker.Summary(resps))
+	if codes[http.StatusCreated] == 0 {
+		t.Fatal("no request got the order")
+	}
+	v := checker.Orders(map[string]checker.Stock{"42": {Initial: 5, Final: r.stock(t)}}, r.rows(t), resps)
+	if !v.OK() {
+		t.Fatal(v)
+	}
+	if n := r.orderCount(t, "true"); n != 1 {
+		t.Fatalf("%d orders, want 1", n)
+	}
+}
+
+func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
+	r := newRig(t, 10)
+	in := r.instance(t)
+	if a := post(t, in, "u1001", "req-7", buy42); a.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", a.Status, a.Body)
+	}
+	for _, body := range []string{
+		`{"productId": "42", "quantity": 2, "addressVersion": "v1"}`,
+		`{"productId": "42", "quantity": 1, "addressVersion": "v2"}`,
+		`{"productId": "42", "quantity": 1, "addressVersion": "v1", "couponId": "C1"}`,
+	} {
+		for i := 0; i < 2; i++ {
+			a := post(t, in, "u1001", "req-7", body)
+			if a.Status != http.StatusConflict || a.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(a.Body, "fingerprint") {
+				t.Fatalf("%s: %d %s %s", body, a.Status, a.Header.Get("Content-Type"), a.Body)
+			}
+		}
+	}
+	// The same key, after its Redis record is gone: Postgres still refuses.
+	k, _ := idem.NewKey("u1001", "req-7")
+	c := r.bed.RedisClients(t)
+	for _, cl := range c {
+		_ = cl.Del(context.Background(), k.String()).Err()
+	}
+	if a := post(t, in, "u1001", "req-7", `{"productId": "42", "quantity": 3, "addressVersion": "v1"}`); a.Status != http.StatusConflict {
+		t.Fatalf("after the Redis record was deleted: %d %s", a.Status, a.Body)
+	}
+	if n := r.orderCount(t, "true"); n != 1 {
+		t.Fatalf("%d orders", n)
+	}
+	if s := r.stock(t); s != 9 {
+		t.Fatalf("stock %d, want 9", s)
+	}
+}
+
+func TestSameKeyForTwoUsersGivesTwoOrders(t *testing.T) {
+	r := newRig(t, 10)
+	in := r.instance(t)
+	a := post(t, in, "alice", "shared-key", buy42)
+	b := post(t, in, "bob", "shared-key", buy42)
+	if a.Status != http.StatusCreated || b.Status != http.StatusCreated {
+		t.Fatalf("alice %d, bob %d", a.Status, b.Status)
+	}
+	if a.json(t)["orderId"] == b.json(t)["orderId"] {
+		t.Fatal("two users got the same order")
+	}
+	if n := r.orderCount(t, "idempotency_key = 'shared-key'"); n != 2 {
+		t.Fatalf("%d orders, want 2", n)
+	}
+}
+
+// TestReplayAfterRedisRecordDeleted: Postgres answers the replay, byte for
+// byte, and the Redis record is repaired.
+func TestReplayAfterRedisRecordDeleted(t *testing.T) {
+	r := newRig(t, 10)
+	in := r.instance(t)
+	first := post(t, in, "u1001", "req-9", buy42)
+	if first.Status != http.StatusCreated {
+		t.Fatalf("%d %s", first.Status, first.Body)
+	}
+	k, _ := idem.NewKey("u1001", "req-9")
+	for _, c := range r.bed.RedisClients(t) {
+		if err := c.Del(context.Background(), k.String()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := post(t, in, "u1001", "req-9", buy42)
+	if again.Status != first.Status || again.Body != first.Body || again.Header.Get(orders.HeaderReplayed) != "true" {
+		t.Fatalf("replay from Postgres: %d %q, first %d %q", again.Status, again.Body, first.Status, first.Body)
+	}
+	rec, err := in.claims.Get(context.Background(), k)
+	if err != nil || rec.State != idem.StateSuccess {
+		t.Fatalf("Redis record not repaired: %+v %v", rec, err)
+	}
+	if n := r.orderCount(t, "true"); n != 1 {
+		t.Fatalf("%d orders", n)
+	}
+}
+
+// TestOutOfStockIsSavedAndReplayed: the rejection is final and replays
+// like a success.
+func TestOutOfStockIsSavedAndReplayed(t *testing.T) {
+	r := newRig(t, 1)
+	in := r.instance(t)
+	if a := post(t, in, "alice", "k1", buy42); a.Status != http.StatusCreated {
+		t.Fatalf("%d %s", a.Status, a.Body)
+	}
+	no := post(t, in, "bob", "k1", buy42)
+	if no.Status != http.StatusConflict || !strings.Contains(no.Body, "out-of-stock") {
+		t.Fatalf("bob: %d %s", no.Status, no.Body)
+	}
+	// Restock: bob's key keeps its saved answer.
+	if err := r.st.SeedProduct(context.Background(), "42", 5, 1999); err != nil {
+		t.Fatal(err)
+	}
+	again := post(t, in, "bob", "k1", buy42)
+	if again.Status != no.Status || again.Body != no.Body || again.Header.Get(orders.HeaderReplayed) != "true" {
+		t.Fatalf("replay: %d %s", again.Status, again.Body)
+	}
+}
+
+// TestQuorumLoss partitions three of five masters. With the db fallback,
+// Postgres arbitrates alone and the last unit is sold once; with reject,
+// the service answers 503 with Retry-After and writes nothing.
+func TestQuorumLoss(t *testing.T) {
+	for _, mode := range []orders.Fallback{orders.FallbackDB, orders.FallbackReject} {
+		t.Run(string(mode), func(t *testing.T) {
+			r := newRig(t, 1)
+			ctx := context.Background()
+			ins := []*instance{r.instance(t, orders.WithFallback(mode)), r.instance(t, orders.WithFallback(mode))}
+			for _, n := range r.bed.Redis[:3] {
+				if err := n.Partition(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			answers := make([]answer, 6)
+			var wg sync.WaitGroup
+			for i := range answers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					answers[i] = post(t, ins[i%2], fmt.Sprintf("user%d", i), "k", buy42)
+				}()
+			}
+			wg.Wait()
+			for _, n := range r.bed.Redis[:3] {
+				_ = n.Heal(ctx)
+			}
+			codes := map[int]int{}
+			for _, a := range answers {
+				codes[a.Status]++
+			}
+			t.Logf("%s: answers %v", mode, codes)
+			switch mode {
+			case orders.FallbackDB:
+				if codes[http.StatusCreated] != 1 || codes[http.StatusConflict] != 5 {
+					t.Fatalf("want one 201 and five 409, got %v", codes)
+				}
+				if s := r.stock(t); s != 0 {
+					t.Fatalf("stock %d", s)
+				}
+			case orders.FallbackReject:
+				for _, a := range answers {
+					if a.Status != http.StatusServiceUnavailable || a.Header.Get("Retry-After") == "" {
+						t.Fatalf("want 503 with Retry-After, got %d %v %s", a.Status, a.Header, a.Body)
+					}
+				}
+				if s := r.stock(t); s != 1 {
+					t.Fatalf("stock %d after rejections", s)
+				}
+				if n := r.orderCount(t, "true"); n != 0 {
+					t.Fatalf("%d orders after rejections", n)
+				}
+				// After the quorum is back, the same keys go through.
+				if a := post(t, ins[0], "user0", "k", buy42); a.Status != http.StatusCreated {
+					t.Fatalf("after heal: %d %s", a.Status, a.Body)
+				}
+			}
+			v := checker.Orders(map[string]checker.Stock{"42": {Initial: 1, Final: r.stock(t)}}, r.rows(t), nil)
+			if !v.OK() {
+				t.Fatal(v)
+			}
+		})
+	}
+}

@@ -1,0 +1,210 @@
+package orders_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+	)
+}
+
+var secret = []byte("test-secret-of-32-bytes-length!!")
+
+// rig is one bed (five masters, Postgres) with a migrated database and
+// product 42 stocked, on which tests start service instances.
+type rig struct {
+	bed  *testbed.Bed
+	dsn  string
+	pool *pgxpool.Pool
+	st   *store.Store
+}
+
+func newRig(t *testing.T, stock int64) *rig {
+	t.Helper()
+	bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	ctx := context.Background()
+	dsn := bed.Postgres.NewDatabase(t)
+	if _, err := store.MigrateDSN(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := store.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SeedProduct(ctx, "42", stock, 1999); err != nil {
+		t.Fatal(err)
+	}
+	// A brand-new bed has never held a lock: skip the amnesia warm-up.
+	for _, n := range bed.Redis {
+		c := n.Admin()
+		err := c.Set(ctx, quorum.BootMarkerKey, 0, 0).Err()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &rig{bed: bed, dsn: dsn, pool: pool, st: st}
+}
+
+type instance struct {
+	srv      *httptest.Server
+	svc      *orders.Service
+	claims   *idem.Store
+	provider *payment.Fake
+}
+
+// instance starts one ordersd-equivalent service with its own clients and
+// pool, as a separate process would have.
+func (r *rig) instance(t *testing.T, opts ...orders.Option) *instance {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, r.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := store.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients []redis.UniversalClient
+	for _, c := range r.bed.RedisClients(t) {
+		clients = append(clients, c)
+	}
+	issuer, err := fencing.NewIssuer(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locker, err := quorum.New(clients, quorum.WithTTL(5*time.Second), quorum.WithMaxWait(3*time.Second),
+		quorum.WithNodeTimeout(200*time.Millisecond), quorum.WithFencer(issuer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := idem.New(clients, idem.WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := payment.NewFake()
+	payments, err := payment.NewService(st, fake, payment.WithCallTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
+		orders.WithPayments(payments)}, opts...)
+	svc, err := orders.New(st, issuer, all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.Handler(v))
+	t.Cleanup(srv.Close)
+	return &instance{srv: srv, svc: svc, claims: claims, provider: fake}
+}
+
+func tokenFor(t testing.TB, user string) string {
+	t.Helper()
+	tok, err := auth.Mint(secret, user, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// answer is what a client got.
+type answer struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+func (a answer) json(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(a.Body), &m); err != nil {
+		t.Fatalf("body %q: %v", a.Body, err)
+	}
+	return m
+}
+
+func do(t testing.TB, method, url, token, key string, body []byte) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
+}
+
+func post(t testing.TB, in *instance, user, key, body string) answer {
+	return do(t, http.MethodPost, in.srv.URL+"/orders", tokenFor(t, user), key, []byte(body))
+}
+
+const buy42 = `{"productId": "42", "quantity": 1, "addressVersion": "v1", "couponId": null}`
+
+func (r *rig) stock(t *testing.T) int64 {
+	t.Helper()
+	s, err := r.st.Stock(context.Background(), "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Available
+}
+
+func (r *rig) orderCount(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := r.pool.QueryRow(context.Background(), "SELECT count(*) FROM orders WHERE "+where, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

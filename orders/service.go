@@ -1,0 +1,184 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Locker takes the stock lock. *quorum.Locker satisfies it through
+// QuorumLocker.
+type Locker interface {
+	Lock(ctx context.Context, key string) (Lease, error)
+}
+
+// Lease is a held stock lock.
+type Lease interface {
+	// Fence is the lease's fence token for its key (> 0).
+	Fence() int64
+	// Unlock releases the lock.
+	Unlock(ctx context.Context) error
+}
+
+// Fencer issues fence tokens; fencing.Issuer satisfies it. The service
+// uses it directly when it arbitrates with Postgres alone, with the same
+// key as the lock, so those tokens and the lock's share one sequence.
+type Fencer interface {
+	Next(ctx context.Context, key string) (int64, error)
+}
+
+type quorumLocker struct{ l *quorum.Locker }
+
+func (q quorumLocker) Lock(ctx context.Context, key string) (Lease, error) {
+	lease, err := q.l.Lock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return lease, nil
+}
+
+// QuorumLocker adapts a quorum.Locker (configured with a Fencer, so that
+// every lease carries a fence) to Locker.
+func QuorumLocker(l *quorum.Locker) Locker { return quorumLocker{l} }
+
+// Fallback says what the service does when the lock cannot be taken.
+type Fallback string
+
+// Fallback modes.
+const (
+	// FallbackDB lets Postgres arbitrate alone: a fence from the Fencer and
+	// the conditional decrement still hold. The default.
+	FallbackDB Fallback = "db"
+	// FallbackReject answers 503 with Retry-After.
+	FallbackReject Fallback = "reject"
+)
+
+// ParseFallback reads a Fallback from configuration.
+func ParseFallback(s string) (Fallback, error) {
+	switch f := Fallback(s); f {
+	case FallbackDB, FallbackReject:
+		return f, nil
+	case "":
+		return FallbackDB, nil
+	}
+	return "", fmt.Errorf("%w: lock fallback %q: want db or reject", ErrConfig, s)
+}
+
+// ErrConfig is wrapped by every configuration error of New.
+var ErrConfig = errors.New("orders: invalid configuration")
+
+// Stock lock keys are "stock:" + product id.
+func stockKey(productID string) string { return "stock:" + productID }
+
+// Service runs the order flow. It is safe for concurrent use; several
+// instances may share one Postgres and one set of Redis nodes.
+type Service struct {
+	store    *store.Store
+	fencer   Fencer
+	idem     *idem.Store
+	locker   Locker
+	payments *payment.Service
+	fallback Fallback
+	retry    time.Duration
+	attempts int
+	metrics  *Metrics
+	log      *slog.Logger
+}
+
+// Option configures New.
+type Option func(*Service) error
+
+// WithIdempotency sets the Redis fast path for idempotency claims. Without
+// it every request goes to Postgres, which still answers replays.
+func WithIdempotency(s *idem.Store) Option {
+	return func(svc *Service) error { svc.idem = s; return nil }
+}
+
+// WithLocker sets the stock lock. Without it the service arbitrates with
+// Postgres alone.
+func WithLocker(l Locker) Option {
+	return func(svc *Service) error { svc.locker = l; return nil }
+}
+
+// WithFallback sets what happens when the lock cannot be taken (default
+// FallbackDB).
+func WithFallback(f Fallback) Option {
+	return func(svc *Service) error {
+		if _, err := ParseFallback(string(f)); err != nil {
+			return err
+		}
+		svc.fallback = f
+		return nil
+	}
+}
+
+// WithPayments enables POST /orders/{id}/pay.
+func WithPayments(p *payment.Service) Option {
+	return func(svc *Service) error { svc.payments = p; return nil }
+}
+
+// WithRetryAfter sets the Retry-After of 503 answers (default 1s).
+func WithRetryAfter(d time.Duration) Option {
+	return func(svc *Service) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: retry-after %v", ErrConfig, d)
+		}
+		svc.retry = d
+		return nil
+	}
+}
+
+// WithMetrics records the service's counters in m.
+func WithMetrics(m *Metrics) Option {
+	return func(svc *Service) error { svc.metrics = m; return nil }
+}
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(svc *Service) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrConfig)
+		}
+		svc.log = l
+		return nil
+	}
+}
+
+// New returns a service over st. fencer issues the fences used when the
+// service arbitrates with Postgres alone.
+func New(st *store.Store, fencer Fencer, opts ...Option) (*Service, error) {
+	if st == nil || fencer == nil {
+		return nil, fmt.Errorf("%w: a store and a fencer are required", ErrConfig)
+	}
+	s := &Service{store: st, fencer: fencer, fallback: FallbackDB, retry: time.Second, attempts: 3,
+		log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Store returns the service's store.
+func (s *Service) Store() *store.Store { return s.store }
+
+// unlockLater releases a lease after the response is saved, bounded, and
+// even when the request's context has ended.
+func (s *Service) unlock(ctx context.Context, lease Lease) {
+	if lease == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := lease.Unlock(ctx); err != nil {
+		s.log.Warn("stock unlock not confirmed", "err", err)
+	}
+}

@@ -1,0 +1,92 @@
+package orders_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/request"
+	"github.com/quorumlock/quorumlock/orders/store"
+)
+
+// plantClaim leaves an IN_PROGRESS record as an attempt that crashed would:
+// claimed with a short processing lease and never completed.
+func plantClaim(t *testing.T, r *rig, user, key, body string, lease time.Duration) {
+	t.Helper()
+	var clients []redis.UniversalClient
+	for _, c := range r.bed.RedisClients(t) {
+		clients = append(clients, c)
+	}
+	crashed, err := idem.New(clients, idem.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := request.ParseBytes([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := idem.NewKey(user, key)
+	res, err := crashed.Claim(context.Background(), k, o.Fingerprint(), idem.NewOwner())
+	if err != nil || res.Outcome != idem.Created {
+		t.Fatalf("plant: %+v %v", res, err)
+	}
+}
+
+// TestInProgressThenTakeoverWithoutSideEffect: a crash after the claim and
+// before the lock. Inside the processing lease a retry gets 202 with
+// Retry-After and Location; after it, Postgres shows no order and the
+// retry proceeds.
+func TestInProgressThenTakeoverWithoutSideEffect(t *testing.T) {
+	r := newRig(t, 1)
+	in := r.instance(t)
+	plantClaim(t, r, "u1001", "req-crash", buy42, 400*time.Millisecond)
+	a := post(t, in, "u1001", "req-crash", buy42)
+	if a.Status != http.StatusAccepted || a.Header.Get("Retry-After") == "" || a.Header.Get("Location") != "/orders/requests/req-crash" {
+		t.Fatalf("inside the lease: %d %v %s", a.Status, a.Header, a.Body)
+	}
+	time.Sleep(500 * time.Millisecond)
+	a = post(t, in, "u1001", "req-crash", buy42)
+	if a.Status != http.StatusCreated {
+		t.Fatalf("after the lease: %d %s", a.Status, a.Body)
+	}
+	if n := r.orderCount(t, "true"); n != 1 {
+		t.Fatalf("%d orders", n)
+	}
+}
+
+// TestTakeoverRepairsFromPostgres: a crash after the commit and before the
+// SUCCESS record. The retry after the lease finds the order in Postgres,
+// repairs Redis and replays the saved snapshot; no second order.
+func TestTakeoverRepairsFromPostgres(t *testing.T) {
+	r := newRig(t, 5)
+	in := r.instance(t)
+	o, _ := request.ParseBytes([]byte(buy42))
+	placed, err := r.st.PlaceOrder(context.Background(), store.PlaceOrder{
+		UserID: "u1001", IdempotencyKey: "req-late", Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plantClaim(t, r, "u1001", "req-late", buy42, 100*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	a := post(t, in, "u1001", "req-late", buy42)
+	if a.Status != placed.ResponseStatus || a.Body != string(placed.ResponseBody) || a.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("takeover replay: %d %s, saved %d %s", a.Status, a.Body, placed.ResponseStatus, placed.ResponseBody)
+	}
+	k, _ := idem.NewKey("u1001", "req-late")
+	rec, err := in.claims.Get(context.Background(), k)
+	if err != nil || rec.State != idem.StateSuccess || !strings.Contains(string(rec.Response.Body), placed.Order.ID) {
+		t.Fatalf("record not repaired: %+v %v", rec, err)
+	}
+	if n := r.orderCount(t, "true"); n != 1 {
+		t.Fatalf("%d orders", n)
+	}
+	if s := r.stock(t); s != 4 {
+		t.Fatalf("stock %d, want 4", s)
+	}
+}
