@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// TestServe runs the daemon on the bed: probes, metrics, one order, and a
+// graceful shutdown when its context ends.
+func TestServe(t *testing.T) {
+	bed := testbed.Start(t, testbed.Options{Redis: 3, Postgres: true})
+	ctx := context.Background()
+	for _, n := range bed.Redis {
+		c := n.Admin()
+		_ = c.Set(ctx, quorum.BootMarkerKey, 0, 0).Err()
+		_ = c.Close()
+	}
+	dsn := bed.Postgres.NewDatabase(t)
+	t.Setenv("ORDERS_DATABASE_URL", dsn)
+	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(bed.RedisAddrs(), ","))
+	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123")
+	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
+	var out strings.Builder
+	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(sctx, cfg, ready, io.Discard) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	base := "http://" + addr
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(base + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, resp, err)
+		}
+		_ = resp.Body.Close()
+	}
+	tok, _ := auth.Mint([]byte("0123456789abcdef0123"), "u1", time.Hour)
+	req, _ := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(`{"productId":42,"quantity":1,"addressVersion":"v1"}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Idempotency-Key", "k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /orders: %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, m := range []string{`orders_place_total{outcome="created"} 1`, `orders_idempotency_claims_total{outcome="CREATED"} 1`, "quorum"} {
+		if !strings.Contains(string(metrics), m) {
+			t.Errorf("metrics lack %s", m)
+		}
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
