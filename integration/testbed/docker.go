@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -106,13 +107,23 @@ func (p *dockerProvider) run(ctx context.Context, req testcontainers.ContainerRe
 	return dc, addr, nil
 }
 
-// hostAddr is the loopback address of the container's published port.
+// hostAddr is the address of the container's published port. With a
+// local engine (a unix socket) ports are published on the loopback of this
+// machine; testcontainers' own guess can be a gateway address when the
+// tests themselves run inside a container or VM. A remote engine
+// (DOCKER_HOST=tcp://...) or TESTCONTAINERS_HOST_OVERRIDE keeps its guess.
 func hostAddr(ctx context.Context, c *testcontainers.DockerContainer, port string) (string, error) {
-	ep, err := c.PortEndpoint(ctx, port, "")
+	p, err := c.MappedPort(ctx, port)
 	if err != nil {
 		return "", err
 	}
-	return strings.Replace(ep, "localhost:", "127.0.0.1:", 1), nil
+	host := "127.0.0.1"
+	if strings.HasPrefix(os.Getenv("DOCKER_HOST"), "tcp://") || os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") != "" {
+		if host, err = c.Host(ctx); err != nil {
+			return "", err
+		}
+	}
+	return net.JoinHostPort(host, p.Port()), nil
 }
 
 // dockerRedis is one Redis container. A restart with data starts the same
