@@ -14,7 +14,7 @@ export QUORUMLOCK_TESTBED ?= auto
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images docker-ok lint test test-go test-local bench fuzz demo build clean
+.PHONY: help deps images lint test test-go test-local bench lockbench fuzz demo build compose-up compose-down clean
 
 help:
 	@echo "make demo    start the test bed and run the main job"
@@ -22,7 +22,9 @@ help:
 	@echo "make images  build the local Redis and Postgres images from Debian packages"
 	@echo "make deps    install redis-server, postgresql and debootstrap when missing"
 	@echo "make bench   the benchmarks"
+	@echo "make lockbench  quorumlock vs redsync vs a single-node lock, side by side"
 	@echo "make fuzz    run each fuzz target for a while"
+	@echo "make compose-up / compose-down  the docker-compose stack (5 masters, Postgres, 3 ordersd)"
 
 deps:
 	@bash scripts/deps.sh
@@ -57,6 +59,9 @@ test: images lint test-go test-local
 bench: images
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
 
+lockbench: images
+	$(GO) run ./cmd/lockbench
+
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
 		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
@@ -71,5 +76,12 @@ demo: images
 	$(GO) build -o bin/ordersd ./cmd/ordersd
 	$(GO) run ./cmd/quorumctl demo -ordersd bin/ordersd
 
+compose-up: images
+	CGO_ENABLED=0 $(GO) build -o compose/bin/ordersd ./cmd/ordersd
+	cd compose && docker-compose up -d --build
+
+compose-down:
+	cd compose && docker-compose down -v
+
 clean:
-	rm -rf compose/bin
+	rm -rf compose/bin bin

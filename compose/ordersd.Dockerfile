@@ -1,0 +1,11 @@
+# ordersd on the local Redis image (Debian bookworm, so it has libc and a
+# shell for debugging). The binary is built on the host with
+# CGO_ENABLED=0 into compose/bin/ordersd before `docker-compose build`.
+ARG BASE_IMAGE=quorumlock/redis:bookworm
+FROM ${BASE_IMAGE}
+COPY bin/ordersd /usr/local/bin/ordersd
+USER 65534:65534
+WORKDIR /
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/ordersd"]
+CMD []
