@@ -65,7 +65,10 @@ func replay(status int, contentType string, body []byte) Reply {
 }
 
 // requestLocation is where a client polls a request still in progress.
-func requestLocation(key string) string { return "/orders/requests/" + url.PathEscape(key) }
+// The key travels in the query, so keys such as ".." survive path cleaning.
+func requestLocation(key string) string {
+	return "/orders/requests?" + url.Values{"key": {key}}.Encode()
+}
 
 // Create places the order o for user under the client's idempotency key, or
 // answers from what an earlier attempt with the same key saved. It never
@@ -86,9 +89,14 @@ func (s *Service) Create(ctx context.Context, user, key string, o request.Order)
 		}
 		s.metrics.claim(outcome)
 		switch {
+		case err != nil && ctx.Err() != nil:
+			return problemReply(problem.ServiceUnavailable("request cancelled", s.retry))
 		case err != nil:
-			// The fast path is down: Postgres arbitrates alone.
+			// The fast path is down: Postgres arbitrates alone. The script
+			// may still have run with its reply lost, so the claim is
+			// settled anyway; Complete and Release check the owner.
 			s.log.Warn("idempotency claim unavailable; Postgres arbitrates", "err", err)
+			claimed = true
 		case res.Outcome == idem.Success:
 			return replay(res.Response.Status, res.Response.ContentType, res.Response.Body)
 		case res.Outcome == idem.InProgress:
@@ -106,7 +114,11 @@ func (s *Service) Create(ctx context.Context, user, key string, o request.Order)
 			claimed = true
 		}
 	}
-	reply, v, lease := s.place(ctx, user, key, fp, o)
+	// The work must end before the processing lease does, or a retry
+	// would take the request over while it still runs.
+	pctx, cancel := context.WithTimeout(ctx, s.budget())
+	reply, v, lease := s.place(pctx, user, key, fp, o)
+	cancel()
 	if claimed {
 		s.settleClaim(ctx, k, owner, reply, v)
 	}
@@ -116,11 +128,9 @@ func (s *Service) Create(ctx context.Context, user, key string, o request.Order)
 
 // inProgress is the 202 for a request another attempt is processing.
 func (s *Service) inProgress(key string, lease time.Duration) Reply {
-	if lease < time.Second {
-		lease = time.Second
-	}
+	wait := min(max(lease, time.Second), s.retry)
 	r := jsonReply(http.StatusAccepted, []byte(`{"status":"IN_PROGRESS"}`))
-	r.Header.Set("Retry-After", problem.RetryAfter(lease))
+	r.Header.Set("Retry-After", problem.RetryAfter(wait))
 	r.Header.Set("Location", requestLocation(key))
 	return r
 }
@@ -137,14 +147,17 @@ func (s *Service) afterTakeover(ctx context.Context, k idem.Key, fp, owner strin
 		// Neither side can tell what the earlier attempt did: say so, and
 		// keep the claim, so the next attempt checks again.
 		s.log.Error("takeover: outcome unknown", "err", err)
-		return problemReply(problem.OutcomeUnknown(s.retry)), true
-	case out.Fingerprint != fp:
-		_ = s.idem.Release(ctx, k, owner)
+		return problemReply(problem.OutcomeUnknown(s.idem.Lease())), true
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if out.Fingerprint != fp {
+		_ = s.idem.Release(sctx, k, owner)
 		return problemReply(problem.FingerprintMismatch()), true
 	}
 	s.metrics.repair()
 	resp := idem.Response{Status: out.ResponseStatus, ContentType: contentTypeFor(out.ResponseStatus), Body: out.ResponseBody}
-	if err := s.idem.Repair(ctx, k, fp, resp); err != nil {
+	if err := s.idem.Repair(sctx, k, fp, resp); err != nil {
 		s.log.Warn("takeover: repair of the idempotency record failed", "err", err)
 	}
 	return replay(out.ResponseStatus, resp.ContentType, out.ResponseBody), true
@@ -230,8 +243,11 @@ func (s *Service) place(ctx context.Context, user, key, fp string, o request.Ord
 			}
 			return problemReply(problem.ServiceUnavailable("the stock changed hands during the request; retry", s.retry)), retryable, nil
 		case errors.Is(err, store.ErrInvalid):
+			// The request was validated already: this is a wiring fault
+			// (say, a locker without a Fencer), not the client's.
 			s.metrics.place("invalid")
-			return problemReply(problem.InvalidRequest("", err.Error())), retryable, lease
+			s.log.Error("place order refused its input", "err", err)
+			return problemReply(problem.Internal("the order could not be placed")), retryable, lease
 		}
 		// The transaction failed in a way that may or may not have
 		// committed. Postgres can tell.
@@ -255,13 +271,26 @@ func (s *Service) ambiguous(ctx context.Context, user, key, fp string) (Reply, v
 	case err == nil:
 		return problemReply(problem.FingerprintMismatch()), retryable
 	}
-	return problemReply(problem.OutcomeUnknown(s.retry)), unknown
+	wait := s.retry
+	if s.idem != nil {
+		wait = s.idem.Lease() // the kept claim sends the next attempt to Postgres after its lease
+	}
+	return problemReply(problem.OutcomeUnknown(wait)), unknown
 }
 
 // fence takes the stock lock and its fence, or, when the lock cannot be
 // had, a fence straight from the Fencer (FallbackDB) or a 503
 // (FallbackReject). ok is false when r is the answer.
 func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fence int64, r Reply, ok bool) {
+	// An unknown product gets no lock and no fence counter: bad input
+	// writes nothing.
+	if _, err := s.store.Stock(ctx, productID); errors.Is(err, store.ErrNotFound) {
+		s.metrics.place("unknown_product")
+		return nil, 0, problemReply(problem.UnknownProduct(productID)), false
+	} else if err != nil {
+		s.log.Error("read stock", "err", err)
+		return nil, 0, problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry)), false
+	}
 	key := stockKey(productID)
 	if s.locker != nil {
 		l, err := s.locker.Lock(ctx, key)
@@ -269,15 +298,20 @@ func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fen
 		case err == nil:
 			return l, l.Fence(), Reply{}, true
 		case ctx.Err() != nil:
-			return nil, 0, problemReply(problem.ServiceUnavailable("request cancelled", s.retry)), false
+			return nil, 0, problemReply(problem.ServiceUnavailable("request cancelled or out of time", s.retry)), false
+		case !errors.Is(err, quorum.ErrQuorumUnavailable):
+			// The lock works and someone else holds it: contention, not
+			// an outage. Going around it would only make the holder's
+			// fence stale.
+			s.metrics.place("lock_busy")
+			return nil, 0, problemReply(problem.ServiceUnavailable("the product is busy; retry", s.retry)), false
 		case s.fallback == FallbackReject:
 			s.metrics.fallback(string(FallbackReject))
 			s.log.Warn("stock lock unavailable; rejecting", "key", key, "err", err)
 			return nil, 0, problemReply(problem.ServiceUnavailable("the stock lock is unavailable", s.retry)), false
 		}
 		s.metrics.fallback(string(FallbackDB))
-		s.log.Warn("stock lock unavailable; Postgres arbitrates", "key", key, "err", err,
-			"quorum_unavailable", errors.Is(err, quorum.ErrQuorumUnavailable))
+		s.log.Warn("stock lock quorum unavailable; Postgres arbitrates", "key", key, "err", err)
 	}
 	f, err := s.fencer.Next(ctx, key)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 //	GET  /orders/{id}               read one of the caller's orders
 //	POST /orders/{id}/pay           pay (idempotent; payment_request_id = {id}:pay)
 //	POST /orders/{id}/cancel        cancel a CREATED order (restocks)
-//	GET  /orders/requests/{key}     the saved answer of a create request
+//	GET  /orders/requests?key=K     the saved answer of a create request
 //
 // Every route needs Authorization: Bearer <HS256 JWT>; its sub is the user.
 func (s *Service) Handler(v *auth.Verifier) http.Handler {
@@ -39,7 +39,7 @@ func (s *Service) Handler(v *auth.Verifier) http.Handler {
 	route("GET /orders/{id}", s.handleGet)
 	route("POST /orders/{id}/pay", s.handlePay)
 	route("POST /orders/{id}/cancel", s.handleCancel)
-	route("GET /orders/requests/{key}", s.handleRequest)
+	route("GET /orders/requests", s.handleRequest)
 	return mux
 }
 
@@ -186,29 +186,51 @@ func (s *Service) transitionReply(o store.Order, err error) Reply {
 }
 
 // handleRequest answers the saved outcome of a create request, for clients
-// that got 202: the saved status and body, 202 again while in progress, or
-// 404 when nothing is known.
+// that got 202: the saved status and body; 202 again while an attempt holds
+// its processing lease; 404 when no attempt left an outcome. Postgres is
+// asked whenever Redis has no final answer, and a found outcome repairs the
+// Redis record.
 func (s *Service) handleRequest(ctx context.Context, user string, r *http.Request) Reply {
-	key := r.PathValue("key")
+	key := r.URL.Query().Get("key")
+	if err := request.ValidateIdempotencyKey(key); err != nil {
+		return problemReply(problem.InvalidIdempotencyKey(reason(err)))
+	}
 	k, err := idem.NewKey(user, key)
 	if err != nil {
 		return problemReply(problem.InvalidIdempotencyKey(err.Error()))
 	}
+	var rec idem.Record
+	haveRec := false
 	if s.idem != nil {
-		rec, err := s.idem.Get(ctx, k)
-		if err == nil && rec.State == idem.StateSuccess && rec.Response != nil {
-			return replay(rec.Response.Status, rec.Response.ContentType, rec.Response.Body)
-		}
-		if err == nil && rec.State == idem.StateInProgress {
-			return s.inProgress(key, time.Until(rec.LeaseUntil))
+		if rec, err = s.idem.Get(ctx, k); err == nil {
+			haveRec = true
+			if rec.State == idem.StateSuccess && rec.Response != nil {
+				return replay(rec.Response.Status, rec.Response.ContentType, rec.Response.Body)
+			}
 		}
 	}
 	out, err := s.store.Lookup(ctx, user, key)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return problemReply(problem.NotFound("no request with this Idempotency-Key"))
-	case err != nil:
+	case err == nil:
+		resp := idem.Response{Status: out.ResponseStatus, ContentType: contentTypeFor(out.ResponseStatus), Body: out.ResponseBody}
+		if haveRec {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := s.idem.Repair(rctx, k, out.Fingerprint, resp); err != nil {
+				s.log.Warn("poll: repair of the idempotency record failed", "err", err)
+			}
+			cancel()
+		}
+		return replay(out.ResponseStatus, resp.ContentType, out.ResponseBody)
+	case !errors.Is(err, store.ErrNotFound):
 		return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
+	case haveRec && rec.State == idem.StateInProgress && leaseLeft(rec) > 0:
+		return s.inProgress(key, leaseLeft(rec))
 	}
-	return replay(out.ResponseStatus, contentTypeFor(out.ResponseStatus), out.ResponseBody)
+	return problemReply(problem.NotFound("no completed request with this Idempotency-Key; retry the POST with it"))
 }
+
+// leaseLeft is how long an IN_PROGRESS record's processing lease still
+// runs. The lease end is stamped on the node's clock and read on ours, so a
+// skew between them shifts the answer; it only decides between 202 and 404
+// for a request that left no outcome, and a POST retry settles it either way.
+func leaseLeft(rec idem.Record) time.Duration { return time.Until(rec.LeaseUntil) }

@@ -59,6 +59,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if n := r.orderCount(t, "true"); n != 0 {
 		t.Fatalf("%d orders after bad input", n)
 	}
+	var fences int
+	if err := r.pool.QueryRow(context.Background(), "SELECT count(*) FROM fence_counters").Scan(&fences); err != nil || fences != 0 {
+		t.Fatalf("bad input created %d fence counters (%v)", fences, err)
+	}
 	for i, c := range r.bed.RedisClients(t) {
 		keys, err := c.Keys(context.Background(), "idem:*").Result()
 		if err != nil || len(keys) != 0 {
@@ -165,10 +169,10 @@ func TestStateMachine(t *testing.T) {
 		t.Fatalf("unknown order: %d", a.Status)
 	}
 	// The saved answer of a create request can be polled.
-	if a := do(t, http.MethodGet, in.srv.URL+"/orders/requests/sm-1", tok, "", nil); a.Status != 201 || !strings.Contains(a.Body, paid) {
+	if a := do(t, http.MethodGet, in.srv.URL+"/orders/requests?key=sm-1", tok, "", nil); a.Status != 201 || !strings.Contains(a.Body, paid) {
 		t.Fatalf("poll: %d %s", a.Status, a.Body)
 	}
-	if a := do(t, http.MethodGet, in.srv.URL+"/orders/requests/never", tok, "", nil); a.Status != 404 {
+	if a := do(t, http.MethodGet, in.srv.URL+"/orders/requests?key=never", tok, "", nil); a.Status != 404 {
 		t.Fatalf("poll unknown: %d %s", a.Status, a.Body)
 	}
 }

@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // TestSeedScenario: the user clicks "buy" twice and the gateway retries
@@ -114,7 +117,28 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 		}
 		resps = append(resps, resp)
 	}
-	t.Logf("answers: %s", checker.Summary(resps))
+	t.Logf("first answers: %s", checker.Summary(resps))
+	// Every request that got 202 polls its Location until it has the
+	// final answer, which must be the same for all.
+	for i, a := range answers {
+		if a.Status != http.StatusAccepted {
+			continue
+		}
+		loc := a.Header.Get("Location")
+		var final answer
+		for tries := 0; tries < 100; tries++ {
+			final = do(t, http.MethodGet, ins[i%3].srv.URL+loc, tokenFor(t, "u1001"), "", nil)
+			if final.Status != http.StatusAccepted {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if final.Status != http.StatusCreated {
+			t.Fatalf("poll %s: %d %s", loc, final.Status, final.Body)
+		}
+		resps = append(resps, checker.Response{UserID: "u1001", IdempotencyKey: "req-100", Status: final.Status, Body: final.Body,
+			OrderID: fmt.Sprint(final.json(t)["orderId"])})
+	}
 	if codes[http.StatusCreated] == 0 {
 		t.Fatal("no request got the order")
 	}
@@ -289,6 +313,79 @@ func TestQuorumLoss(t *testing.T) {
 			v := checker.Orders(map[string]checker.Stock{"42": {Initial: 1, Final: r.stock(t)}}, r.rows(t), nil)
 			if !v.OK() {
 				t.Fatal(v)
+			}
+		})
+	}
+}
+
+// TestDistinctUsersNeverOversell: 30 users race for 10 units through three
+// instances: exactly 10 orders, 20 saved out-of-stock answers, stock 0.
+func TestDistinctUsersNeverOversell(t *testing.T) {
+	r := newRig(t, 10)
+	ins := []*instance{r.instance(t), r.instance(t), r.instance(t)}
+	answers := make([]answer, 30)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = post(t, ins[i%3], fmt.Sprintf("user%02d", i), "buy-1", buy42)
+		}()
+	}
+	wg.Wait()
+	var resps []checker.Response
+	codes := map[int]int{}
+	for i, a := range answers {
+		codes[a.Status]++
+		resp := checker.Response{UserID: fmt.Sprintf("user%02d", i), IdempotencyKey: "buy-1", Status: a.Status, Body: a.Body}
+		if a.Status == http.StatusCreated {
+			resp.OrderID = fmt.Sprint(a.json(t)["orderId"])
+		}
+		resps = append(resps, resp)
+	}
+	t.Logf("answers: %v", codes)
+	if codes[http.StatusCreated] != 10 || codes[http.StatusConflict] != 20 {
+		t.Fatalf("want 10 x 201 and 20 x 409, got %v", codes)
+	}
+	v := checker.Orders(map[string]checker.Stock{"42": {Initial: 10, Final: r.stock(t)}}, r.rows(t), resps)
+	if !v.OK() || r.stock(t) != 0 {
+		t.Fatalf("stock %d; %v", r.stock(t), v)
+	}
+}
+
+// TestBusyLockIsNotAnOutage: another holder keeps the stock lock past the
+// service's lock wait. That is contention, not a lost quorum: in both
+// fallback modes the service answers 503 busy, writes nothing, and does not
+// go around the lock; after the holder releases, the same key goes through.
+func TestBusyLockIsNotAnOutage(t *testing.T) {
+	for _, mode := range []orders.Fallback{orders.FallbackDB, orders.FallbackReject} {
+		t.Run(string(mode), func(t *testing.T) {
+			r := newRig(t, 1)
+			in := r.instance(t, orders.WithFallback(mode))
+			var clients []redis.UniversalClient
+			for _, c := range r.bed.RedisClients(t) {
+				clients = append(clients, c)
+			}
+			other, err := quorum.New(clients, quorum.WithTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, err := other.Lock(context.Background(), "stock:42")
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := post(t, in, "u1", "k", buy42)
+			if a.Status != http.StatusServiceUnavailable || !strings.Contains(a.Body, "busy") || a.Header.Get("Retry-After") == "" {
+				t.Fatalf("with the lock held elsewhere: %d %s", a.Status, a.Body)
+			}
+			if n := r.orderCount(t, "true"); n != 0 {
+				t.Fatalf("%d orders went around the held lock", n)
+			}
+			if err := held.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if a := post(t, in, "u1", "k", buy42); a.Status != http.StatusCreated {
+				t.Fatalf("after release: %d %s", a.Status, a.Body)
 			}
 		})
 	}

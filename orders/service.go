@@ -167,6 +167,15 @@ func New(st *store.Store, fencer Fencer, opts ...Option) (*Service, error) {
 	return s, nil
 }
 
+// budget is how long the locked part of a request may take: less than the
+// processing lease, so a retry never takes over a request still running.
+func (s *Service) budget() time.Duration {
+	if s.idem == nil {
+		return 30 * time.Second
+	}
+	return s.idem.Lease() * 4 / 5
+}
+
 // Store returns the service's store.
 func (s *Service) Store() *store.Store { return s.store }
 

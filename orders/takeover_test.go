@@ -46,7 +46,7 @@ func TestInProgressThenTakeoverWithoutSideEffect(t *testing.T) {
 	in := r.instance(t)
 	plantClaim(t, r, "u1001", "req-crash", buy42, 400*time.Millisecond)
 	a := post(t, in, "u1001", "req-crash", buy42)
-	if a.Status != http.StatusAccepted || a.Header.Get("Retry-After") == "" || a.Header.Get("Location") != "/orders/requests/req-crash" {
+	if a.Status != http.StatusAccepted || a.Header.Get("Retry-After") == "" || a.Header.Get("Location") != "/orders/requests?key=req-crash" {
 		t.Fatalf("inside the lease: %d %v %s", a.Status, a.Header, a.Body)
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -88,5 +88,37 @@ func TestTakeoverRepairsFromPostgres(t *testing.T) {
 	}
 	if s := r.stock(t); s != 4 {
 		t.Fatalf("stock %d, want 4", s)
+	}
+}
+
+// TestPollAfterCrashAfterCommit: the attempt committed and died before
+// SUCCESS reached Redis. Polling the Location asks Postgres once the lease
+// is over, replays the saved answer and repairs Redis.
+func TestPollAfterCrashAfterCommit(t *testing.T) {
+	r := newRig(t, 5)
+	in := r.instance(t)
+	o, _ := request.ParseBytes([]byte(buy42))
+	placed, err := r.st.PlaceOrder(context.Background(), store.PlaceOrder{
+		UserID: "u1001", IdempotencyKey: "req-poll", Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plantClaim(t, r, "u1001", "req-poll", buy42, 100*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	a := do(t, http.MethodGet, in.srv.URL+"/orders/requests?key=req-poll", tokenFor(t, "u1001"), "", nil)
+	if a.Status != placed.ResponseStatus || a.Body != string(placed.ResponseBody) {
+		t.Fatalf("poll: %d %s", a.Status, a.Body)
+	}
+	k, _ := idem.NewKey("u1001", "req-poll")
+	if rec, err := in.claims.Get(context.Background(), k); err != nil || rec.State != idem.StateSuccess {
+		t.Fatalf("record not repaired: %+v %v", rec, err)
+	}
+	// A key with no attempt at all, and one like "..", which path
+	// cleaning would have eaten.
+	for _, key := range []string{"never-sent", ".."} {
+		if a := do(t, http.MethodGet, in.srv.URL+"/orders/requests?key="+key, tokenFor(t, "u1001"), "", nil); a.Status != http.StatusNotFound {
+			t.Fatalf("poll %q: %d %s", key, a.Status, a.Body)
+		}
 	}
 }

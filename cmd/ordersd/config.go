@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,7 +66,11 @@ func parseConfig(args []string) (config, error) {
 	envDuration(fs, &errs, &c.idemTTL, "idempotency-ttl", "ORDERS_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency record is kept in Redis")
 	envDuration(fs, &errs, &c.idemLease, "processing-lease", "ORDERS_PROCESSING_LEASE", 10*time.Second, "how long a request may process before a retry may take it over")
 	envDuration(fs, &errs, &c.reconcile, "reconcile-interval", "ORDERS_RECONCILE_INTERVAL", 5*time.Second, "how often payments stuck in PAYING are settled")
-	migrate := fs.Bool("migrate", env("ORDERS_MIGRATE", "true") == "true", "run the migrations on start (ORDERS_MIGRATE)")
+	migrateDefault, err := strconv.ParseBool(env("ORDERS_MIGRATE", "true"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ORDERS_MIGRATE=%q: want true or false", env("ORDERS_MIGRATE", "")))
+	}
+	migrate := fs.Bool("migrate", migrateDefault, "run the migrations on start (ORDERS_MIGRATE)")
 	fs.DurationVar(&c.shutdownWait, "shutdown-wait", 10*time.Second, "how long in-flight requests may finish on shutdown")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -117,6 +122,9 @@ func (c config) check() error {
 	}
 	if c.nodeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ORDERS_NODE_TIMEOUT must not be negative, got %v", c.nodeTimeout))
+	}
+	if c.idemLease <= c.lockWait+time.Second {
+		errs = append(errs, fmt.Errorf("ORDERS_PROCESSING_LEASE (%v) must exceed ORDERS_LOCK_WAIT (%v) by more than 1s, or retries take over requests that are still waiting for the lock", c.idemLease, c.lockWait))
 	}
 	if c.idemLease >= c.idemTTL {
 		errs = append(errs, fmt.Errorf("ORDERS_PROCESSING_LEASE (%v) must be shorter than ORDERS_IDEMPOTENCY_TTL (%v)", c.idemLease, c.idemTTL))

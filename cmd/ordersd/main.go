@@ -211,8 +211,15 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	mux.Handle("/orders/", api)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := readiness(r.Context(), pool, clients); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		// With the db fallback the service still takes orders when the
+		// Redis majority is gone, so only Postgres decides readiness then.
+		redisErr, pgErr := readiness(r.Context(), pool, clients)
+		if pgErr != nil || (redisErr != nil && cfg.fallback == orders.FallbackReject) {
+			http.Error(w, errors.Join(pgErr, redisErr).Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if redisErr != nil {
+			_, _ = fmt.Fprintf(w, "ready (degraded: %v; Postgres arbitrates)\n", redisErr)
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
@@ -223,8 +230,13 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if err != nil {
 		return err
 	}
+	// Handlers run under base, which is cancelled when a graceful shutdown
+	// runs out of time, so no request outlives the process's resources.
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		BaseContext: func(net.Listener) context.Context { return base }}
 	log.Info("ordersd listening", "addr", ln.Addr().String(), "redis", cfg.redisAddrs, "fallback", cfg.fallback)
 	if ready != nil {
 		ready <- ln.Addr().String()
@@ -251,6 +263,11 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownWait)
 		serveErr = srv.Shutdown(sctx)
 		cancel()
+		if serveErr != nil {
+			log.Warn("requests still running after the shutdown wait; cancelling them", "err", serveErr)
+			cancelBase()
+			_ = srv.Close()
+		}
 		<-served
 	}
 	stopBG()
@@ -261,12 +278,13 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	return serveErr
 }
 
-// readiness checks Postgres and a majority of the Redis masters.
-func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient) error {
+// readiness checks Postgres and whether a majority of the Redis masters
+// answer.
+func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient) (redisErr, pgErr error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		pgErr = fmt.Errorf("postgres: %w", err)
 	}
 	up := 0
 	for _, c := range clients {
@@ -275,7 +293,7 @@ func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.Universa
 		}
 	}
 	if up < len(clients)/2+1 {
-		return fmt.Errorf("redis: %d of %d masters answer, a majority is %d", up, len(clients), len(clients)/2+1)
+		redisErr = fmt.Errorf("redis: %d of %d masters answer, a majority is %d", up, len(clients), len(clients)/2+1)
 	}
-	return nil
+	return redisErr, pgErr
 }
