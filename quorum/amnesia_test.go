@@ -1,0 +1,162 @@
+package quorum_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// holdOnExactMajority acquires k while nodes 3 and 4 are cut off, so the
+// lease is held on nodes 0, 1 and 2 only.
+func holdOnExactMajority(t *testing.T, r *rig, l *quorum.Locker, k string) *quorum.Lease {
+	t.Helper()
+	heal := r.partition(t, 3, 4)
+	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heal()
+	if got := r.values(t, k); got[0] != lease.Token() || got[1] != lease.Token() || got[2] != lease.Token() || got[3] != "" || got[4] != "" {
+		t.Fatalf("want the lease on nodes 0-2 only, values %q", got)
+	}
+	return lease
+}
+
+// restartEmpty kills node i and starts it again without its data.
+func restartEmpty(t *testing.T, r *rig, i int) {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	if err := r.nodes[i].Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.nodes[i].Restart(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	r.reconnectAdmin(t, i)
+	if got := r.value(t, quorum.BootMarkerKey, i); got != "" {
+		t.Fatalf("node %d restarted with its marker %q: it kept its data", i, got)
+	}
+}
+
+// Behaviour 8: a node that restarted without its data must not vote until
+// one max TTL has passed, or two clients hold the same lock.
+func TestAmnesiaGuard(t *testing.T) {
+	const ttl = 20 * time.Second // outlives a restart on any provider
+
+	t.Run("RestartedEmptyNodeCannotVoteInsideTheWindow", func(t *testing.T) {
+		r := newRig(t)
+		opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaWindow(ttl)}
+		first, second := r.locker(t, opts...), r.locker(t, opts...)
+		k := key(t)
+		lease := holdOnExactMajority(t, r, first, k)
+		restartEmpty(t, r, 2)
+
+		// Nodes 0 and 1 still hold the first lease, 3 and 4 are free, and
+		// node 2 forgot it. Without the guard node 2 would be the third
+		// vote. Try repeatedly while the first lease is valid: the first
+		// tries may also meet connections broken by the restart.
+		warming := false
+		for i := range 10 {
+			if time.Until(lease.Until()) < time.Second {
+				t.Fatalf("the first lease ran out after %d tries", i)
+			}
+			got, err := second.TryLock(ctxT(t, 10*time.Second), k)
+			if err == nil {
+				t.Fatalf("double grant: %q and %q both hold %s; values %q", lease.Token(), got.Token(), k, r.values(t, k))
+			}
+			if !errors.Is(err, quorum.ErrQuorumUnavailable) {
+				t.Fatalf("try %d: got %v, want ErrQuorumUnavailable", i, err)
+			}
+			warming = warming || errors.Is(err, quorum.ErrNodeWarming)
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !warming {
+			t.Fatal("node 2 never answered warming: the guard did not act")
+		}
+		if got := r.value(t, k, 2); got != "" {
+			t.Fatalf("the warming node holds %q", got)
+		}
+		if lease.Err() != nil {
+			t.Fatalf("first lease: %v", lease.Err())
+		}
+		// Unlock tells the truth: only nodes 0 and 1 still had the token.
+		if err := lease.Unlock(ctxT(t, 10*time.Second)); !errors.Is(err, quorum.ErrLeaseLost) {
+			t.Fatalf("Unlock: got %v, want ErrLeaseLost (the lease was left on 2 nodes)", err)
+		}
+	})
+
+	// The negative control: the same steps with the guard off end with two
+	// holders, which shows the test above can fail.
+	t.Run("WithoutTheGuardTheLockIsGrantedTwice", func(t *testing.T) {
+		r := newRig(t)
+		opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaGuard(false)}
+		first, second := r.locker(t, opts...), r.locker(t, opts...)
+		k := key(t)
+		lease := holdOnExactMajority(t, r, first, k)
+		restartEmpty(t, r, 2)
+
+		var double *quorum.Lease
+		for i := 0; double == nil && i < 10; i++ {
+			l, err := second.TryLock(ctxT(t, 10*time.Second), k)
+			if err == nil {
+				double = l
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if double == nil {
+			t.Fatal("no double grant without the guard: the amnesia scenario was not reproduced")
+		}
+		now := time.Now()
+		if !now.Before(lease.Until()) || !now.Before(double.Until()) || lease.Err() != nil {
+			t.Fatal("the two leases were not valid at the same time")
+		}
+		got := r.values(t, k)
+		if got[2] != double.Token() || got[0] != lease.Token() {
+			t.Fatalf("values %q: node 2 should have voted for the second lease", got)
+		}
+		t.Logf("double grant reproduced: values %q", got)
+		_ = lease.Unlock(ctxT(t, 10*time.Second))
+		_ = double.Unlock(ctxT(t, 10*time.Second))
+	})
+
+	t.Run("FreshNodesWarmUpThenVote", func(t *testing.T) {
+		r := newRig(t)
+		ctx := ctxT(t, time.Minute)
+		for i, a := range r.admin {
+			if err := a.Del(ctx, quorum.BootMarkerKey).Err(); err != nil {
+				t.Fatalf("node %d: %v", i, err)
+			}
+		}
+		window := slow(1500 * time.Millisecond)
+		l := r.locker(t, quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(200*time.Millisecond)), quorum.WithAmnesiaWindow(window))
+		k := key(t)
+		start := time.Now()
+		_, err := l.TryLock(ctx, k)
+		var qe *quorum.QuorumError
+		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) || len(qe.Nodes) < 3 {
+			t.Fatalf("got %v, want a majority of warming nodes", err)
+		}
+		for _, ne := range qe.Nodes {
+			if !errors.Is(ne, quorum.ErrNodeWarming) {
+				t.Fatalf("node error %v, want ErrNodeWarming", ne)
+			}
+		}
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatal("a warming node wrote the lock key")
+		}
+		// Lock waits the window out (its default budget is 10s).
+		lease, err := l.Lock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited < window-100*time.Millisecond {
+			t.Fatalf("granted after %v, inside the %v window", waited, window)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Lock followed by Unlock on five real masters, one at a time, with the
+// amnesia guard on (the default) and off.
+func BenchmarkLockUnlock(b *testing.B) {
+	r := newRig(b)
+	for _, guard := range []bool{true, false} {
+		b.Run(fmt.Sprintf("guard=%v", guard), func(b *testing.B) {
+			l := r.locker(b, quorum.WithAmnesiaGuard(guard))
+			ctx := context.Background()
+			k := "bench:" + b.Name()
+			b.ReportAllocs()
+			for b.Loop() {
+				lease, err := l.Lock(ctx, k)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Many goroutines, each on its own key. (The bed is started once, outside
+// the sub-benchmark that RunParallel calls several times.)
+func BenchmarkLockUnlockParallel(b *testing.B) {
+	r := newRig(b)
+	l := r.locker(b)
+	ctx := context.Background()
+	var id atomic.Int64
+	b.Run("keys=per-goroutine", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			k := fmt.Sprintf("bench:parallel:%d", id.Add(1))
+			for pb.Next() {
+				lease, err := l.Lock(ctx, k)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// TryLock on a key another owner holds: the contended path, which ends as
+// soon as a majority refused.
+func BenchmarkTryLockContended(b *testing.B) {
+	r := newRig(b)
+	l := r.locker(b)
+	ctx := context.Background()
+	k := "bench:contended"
+	held, err := r.locker(b, quorum.WithTTL(time.Hour), quorum.WithAmnesiaWindow(time.Hour)).Lock(ctx, k)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.TryLock(ctx, k); !errors.Is(err, quorum.ErrNotAcquired) {
+			b.Fatalf("got %v", err)
+		}
+	}
+	b.StopTimer()
+	_ = held.Unlock(ctx)
+	noQuorumGoroutines(b, 2*time.Second)
+}
+
+// Extend of a held lease.
+func BenchmarkExtend(b *testing.B) {
+	r := newRig(b)
+	l := r.locker(b)
+	ctx := context.Background()
+	lease, err := l.Lock(ctx, "bench:extend")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := lease.Extend(ctx, l.TTL()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	_ = lease.Unlock(ctx)
+}

@@ -1,0 +1,133 @@
+package quorum
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Test for them with errors.Is; the concrete error usually
+// is a *QuorumError that carries the per-node details.
+var (
+	// ErrNotAcquired means a majority of the nodes answered that the key is
+	// held by another owner. It is the ordinary outcome of contention.
+	ErrNotAcquired = errors.New("quorum: lock is held by another owner")
+
+	// ErrQuorumUnavailable means a majority of the nodes could not grant the
+	// lock in time because nodes failed, timed out, or were warming up after
+	// a restart (see ErrNodeWarming), or because the acquisition took so long
+	// that no validity was left. The *QuorumError lists each failed node.
+	ErrQuorumUnavailable = errors.New("quorum: not enough nodes available for a majority")
+
+	// ErrLeaseLost means the lease is no longer held: its validity ran out,
+	// an extension did not reach a majority in time, or the lock was found
+	// held by fewer than a majority of the nodes.
+	ErrLeaseLost = errors.New("quorum: lease lost")
+
+	// ErrNodeWarming is the node error of a node that has restarted without
+	// its data (or was never used before) and may not vote until the amnesia
+	// window has passed on its own clock. See WithAmnesiaGuard.
+	ErrNodeWarming = errors.New("quorum: node is warming up after a restart")
+
+	// ErrNodeTimeout is the node error of a node that did not answer within
+	// the node timeout (WithNodeTimeout). It deliberately does not match
+	// context.DeadlineExceeded: that is kept for the caller's own context.
+	ErrNodeTimeout = errors.New("quorum: node did not answer in time")
+
+	// ErrUnlockUnconfirmed means Unlock could not confirm the release on
+	// every node. The lock key expires on those nodes by its TTL; calling
+	// Unlock again with the same lease retries only the unconfirmed nodes.
+	ErrUnlockUnconfirmed = errors.New("quorum: release not confirmed on every node")
+
+	// ErrReleased is the Err of a lease that was released by Unlock.
+	ErrReleased = errors.New("quorum: lease released")
+)
+
+// NodeError is the failure of one node in one operation.
+type NodeError struct {
+	Node int    // index of the node in the slice given to New
+	Addr string // the node's address when known (a *redis.Client), else ""
+	Err  error  // what went wrong: a network error, a timeout, ErrNodeWarming, ...
+}
+
+// Error implements error.
+func (e NodeError) Error() string {
+	if e.Addr != "" {
+		return fmt.Sprintf("node %d (%s): %v", e.Node, e.Addr, e.Err)
+	}
+	return fmt.Sprintf("node %d: %v", e.Node, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e NodeError) Unwrap() error { return e.Err }
+
+// Op names the operation of a QuorumError or a node event.
+type Op uint8
+
+// The operations.
+const (
+	OpAcquire Op = iota + 1
+	OpExtend
+	OpRelease
+)
+
+// String returns "acquire", "extend" or "release".
+func (o Op) String() string {
+	switch o {
+	case OpAcquire:
+		return "acquire"
+	case OpExtend:
+		return "extend"
+	case OpRelease:
+		return "release"
+	}
+	return "unknown"
+}
+
+// QuorumError describes an operation that did not get what it needed from
+// the nodes. errors.Is matches its sentinel (ErrNotAcquired,
+// ErrQuorumUnavailable, ErrLeaseLost or ErrUnlockUnconfirmed) and every
+// node error in Nodes.
+type QuorumError struct {
+	Op        Op          // the operation
+	Key       string      // the lock key
+	N         int         // number of nodes
+	Quorum    int         // confirmations needed (N/2+1)
+	Confirmed int         // nodes that confirmed (granted, extended or released)
+	Held      int         // nodes that answered that another owner holds the key
+	Nodes     []NodeError // nodes that failed, timed out or were warming up
+	Reason    string      // extra explanation, may be empty
+	Err       error       // the sentinel
+}
+
+// Error implements error.
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: %s %q: %d of %d nodes confirmed, %d needed", e.Err, e.Op, e.Key, e.Confirmed, e.N, e.Quorum)
+	if e.Held > 0 {
+		fmt.Fprintf(&b, ", %d held by another owner", e.Held)
+	}
+	if e.Reason != "" {
+		b.WriteString(", ")
+		b.WriteString(e.Reason)
+	}
+	for i, ne := range e.Nodes {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(ne.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel followed by each node error.
+func (e *QuorumError) Unwrap() []error {
+	errs := make([]error, 0, 1+len(e.Nodes))
+	errs = append(errs, e.Err)
+	for _, ne := range e.Nodes {
+		errs = append(errs, ne)
+	}
+	return errs
+}

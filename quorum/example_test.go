@@ -1,0 +1,129 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// nodes returns one client per independent Redis master. ContextTimeoutEnabled
+// lets each request end at the node timeout; MaxRetries -1 keeps the client
+// from retrying a request behind the locker's back.
+func nodes() []redis.UniversalClient {
+	var out []redis.UniversalClient
+	for _, addr := range []string{"redis1:6379", "redis2:6379", "redis3:6379", "redis4:6379", "redis5:6379"} {
+		out = append(out, redis.NewClient(&redis.Options{
+			Addr:                  addr,
+			ContextTimeoutEnabled: true,
+			MaxRetries:            -1,
+		}))
+	}
+	return out
+}
+
+// Lock, work before Until, Unlock.
+func Example() {
+	l, err := quorum.New(nodes(), quorum.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lease, err := l.Lock(ctx, "stock:42")
+	switch {
+	case errors.Is(err, quorum.ErrNotAcquired):
+		log.Print("busy: someone else holds stock:42")
+		return
+	case err != nil:
+		log.Printf("lock unavailable: %v", err) // a *quorum.QuorumError names each failed node
+		return
+	}
+	defer func() {
+		if err := lease.Unlock(context.WithoutCancel(ctx)); err != nil {
+			log.Printf("unlock: %v", err) // the key expires by its TTL anyway
+		}
+	}()
+	if time.Now().Before(lease.Until()) {
+		fmt.Println("working on stock:42 as", lease.Token())
+	}
+}
+
+// Do holds the lease while fn runs, extends it in the background and
+// cancels fn's context the moment it is lost.
+func ExampleLocker_Do() {
+	l, err := quorum.New(nodes(), quorum.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = l.Do(context.Background(), "report:daily", func(ctx context.Context, lease *quorum.Lease) error {
+		for step := range 100 {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx) // matches quorum.ErrLeaseLost when the lease was lost
+			default:
+			}
+			fmt.Println("step", step)
+		}
+		return nil
+	})
+	if errors.Is(err, quorum.ErrLeaseLost) {
+		log.Print("lost the lease part way: the work may have overlapped with another holder")
+	}
+}
+
+// counterFencer is a Fencer for the example; a real one is durable (a row
+// in the database that also holds the protected data).
+type counterFencer struct {
+	mu   sync.Mutex
+	last map[string]int64
+}
+
+func (f *counterFencer) Next(ctx context.Context, key string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last[key]++
+	return f.last[key], nil
+}
+
+// stock is the protected resource: it remembers the highest fence it has
+// accepted and rejects writes that carry a lower one.
+type stock struct {
+	mu        sync.Mutex
+	available int
+	lastFence int64
+}
+
+var errStaleFence = errors.New("stale fence: a newer lock holder has written")
+
+func (s *stock) take(fence int64, n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fence <= s.lastFence {
+		return errStaleFence
+	}
+	s.lastFence = fence
+	s.available -= n
+	return nil
+}
+
+// With a Fencer, every lease carries a fence token, and the resource rejects
+// a holder whose lease expired while it was paused.
+func ExampleWithFencer() {
+	l, err := quorum.New(nodes(), quorum.WithFencer(&counterFencer{last: map[string]int64{}}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := &stock{available: 10}
+	err = l.Do(context.Background(), "stock:42", func(ctx context.Context, lease *quorum.Lease) error {
+		return s.take(lease.Fence(), 1)
+	})
+	if errors.Is(err, errStaleFence) {
+		log.Print("rejected a late write")
+	}
+}

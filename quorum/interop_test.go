@@ -1,0 +1,141 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Behaviour 10: keys are used verbatim with the plain token as value, so
+// redsync on the same five nodes and key excludes us and is excluded.
+func TestRedsyncInterop(t *testing.T) {
+	r := newRig(t)
+	pools := make([]rsredis.Pool, len(r.clients))
+	for i, c := range r.clients {
+		pools[i] = goredis.NewPool(c)
+	}
+	rs := redsync.New(pools...)
+	l := r.locker(t)
+
+	t.Run("RedsyncHoldsWeAreExcluded", func(t *testing.T) {
+		k := key(t)
+		m := rs.NewMutex(k, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
+		if err := m.LockContext(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.count(t, k, m.Value()); got < 3 {
+			t.Fatalf("redsync holds %d nodes", got)
+		}
+		_, err := l.TryLock(ctxT(t, 5*time.Second), k)
+		if !errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("TryLock while redsync holds the key: %v", err)
+		}
+		if got := r.count(t, k, m.Value()); got < 3 {
+			t.Fatalf("our failed attempt disturbed redsync's lock: values %q", r.values(t, k))
+		}
+		if ok, err := m.UnlockContext(ctxT(t, 5*time.Second)); !ok || err != nil {
+			t.Fatalf("redsync unlock: %v %v", ok, err)
+		}
+		lease, err := l.TryLock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatalf("TryLock after redsync released: %v", err)
+		}
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("WeHoldRedsyncIsExcluded", func(t *testing.T) {
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := rs.NewMutex(k, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
+		if err := m.LockContext(ctxT(t, 5*time.Second)); err == nil {
+			t.Fatal("redsync acquired a key we hold")
+		}
+		// Redsync's compare-and-delete does not remove our token either.
+		if ok, _ := rs.NewMutex(k, redsync.WithValue("not-our-token")).UnlockContext(ctxT(t, 5*time.Second)); ok {
+			t.Fatal("redsync released our lease with another value")
+		}
+		eventually(t, 2*time.Second, "our token on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.LockContext(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatalf("redsync after our release: %v", err)
+		}
+		if _, err := m.UnlockContext(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// Both clients hammer one key; at no moment do two valid holders exist.
+	t.Run("MutualExclusionUnderContention", func(t *testing.T) {
+		k := key(t)
+		var (
+			mu      sync.Mutex
+			holders int
+			overlap bool
+			grants  [2]int
+		)
+		enter := func(who int) {
+			mu.Lock()
+			holders++
+			grants[who]++
+			overlap = overlap || holders > 1
+			mu.Unlock()
+		}
+		leave := func() {
+			mu.Lock()
+			holders--
+			mu.Unlock()
+		}
+		ctx := ctxT(t, time.Minute)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				lease, err := l.TryLock(ctx, k)
+				if err != nil {
+					continue
+				}
+				enter(0)
+				time.Sleep(2 * time.Millisecond)
+				leave()
+				_ = lease.Unlock(context.WithoutCancel(ctx))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				m := rs.NewMutex(k, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
+				if m.TryLockContext(ctx) != nil {
+					continue
+				}
+				enter(1)
+				time.Sleep(2 * time.Millisecond)
+				leave()
+				_, _ = m.UnlockContext(context.WithoutCancel(ctx))
+			}
+		}()
+		wg.Wait()
+		if overlap {
+			t.Fatal("a quorum lease and a redsync mutex were held at the same time")
+		}
+		if grants[0] == 0 || grants[1] == 0 {
+			t.Fatalf("grants %v: both clients should have won at times", grants)
+		}
+		t.Logf("grants: quorum %d, redsync %d", grants[0], grants[1])
+	})
+}

@@ -1,0 +1,744 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Behaviour 1-3: the vote, the token and the validity, on five real masters.
+func TestAcquire(t *testing.T) {
+	r := newRig(t)
+
+	t.Run("GrantsOnEveryNode", func(t *testing.T) {
+		ttl := slow(10 * time.Second)
+		allowance := ttl/100 + 2*time.Millisecond
+		l := r.locker(t, quorum.WithTTL(ttl))
+		k := key(t)
+		before := time.Now()
+		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		after := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.Key() != k {
+			t.Fatalf("Key() = %q", lease.Key())
+		}
+		if lease.Fence() != 0 {
+			t.Fatalf("Fence() = %d without a Fencer", lease.Fence())
+		}
+		eventually(t, 2*time.Second, "every node holds the token", func() bool { return r.count(t, k, lease.Token()) == 5 })
+		// Validity: TTL - elapsed - (TTL*0.01 + 2ms), measured from before the first request.
+		maxUntil := after.Add(ttl - allowance)
+		minUntil := before.Add(ttl - allowance - after.Sub(before))
+		if u := lease.Until(); u.After(maxUntil) || u.Before(minUntil) {
+			t.Fatalf("Until %v outside [%v, %v]", u.Sub(before), minUntil.Sub(before), maxUntil.Sub(before))
+		}
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes after Unlock", 5-got)
+		}
+	})
+
+	t.Run("TokensAreRandomAndAtLeast128Bits", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		seen := map[string]bool{}
+		for range 30 {
+			lease, err := l.TryLock(ctxT(t, 5*time.Second), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := lease.Token()
+			// base32 text: 5 bits a character, so 26 characters carry 130 bits.
+			if len(tok) < 26 || strings.Trim(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != "" {
+				t.Fatalf("token %q: want at least 26 base32 characters", tok)
+			}
+			if seen[tok] {
+				t.Fatalf("token %q drawn twice", tok)
+			}
+			seen[tok] = true
+			if got := r.count(t, k, tok); got < 3 {
+				t.Fatalf("token is the value on only %d nodes", got)
+			}
+			if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("ReturnsAtMajorityWithoutWaitingForPausedNodes", func(t *testing.T) {
+		// Node timeout 10s: had Lock waited for the paused nodes, it
+		// could only return once they are resumed, which happens after.
+		l := r.locker(t, quorum.WithTTL(30*time.Second), quorum.WithNodeTimeout(10*time.Second))
+		k := key(t)
+		resume := r.pause(t, 3, 4)
+		lease, err := l.Lock(ctxT(t, 60*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resume()
+		// The late SETs land after the vote; they hold our token and
+		// stay part of the lease.
+		eventually(t, 5*time.Second, "the resumed nodes answer", func() bool { return r.count(t, k, lease.Token()) == 5 })
+		if err := lease.Unlock(ctxT(t, 15*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes", 5-got)
+		}
+	})
+
+	t.Run("GivesUpEarlyAndReleasesLateWinners", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithTTL(30*time.Second), quorum.WithNodeTimeout(10*time.Second), quorum.WithObserver(rec))
+		k := key(t)
+		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2)
+		resume := r.pause(t, 4)
+		_, err := l.TryLock(ctxT(t, 60*time.Second), k)
+		if !errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("got %v, want ErrNotAcquired while node 4 is paused", err)
+		}
+		// Node 3 granted the key; it is released without waiting for node 4.
+		eventually(t, 2*time.Second, "node 3 is released while node 4 is paused", func() bool { return r.value(t, k, 3) == "" && rec.released() == 1 })
+		resume()
+		// Node 4 grants late; the drain releases it.
+		eventually(t, 5*time.Second, "the late winner is released", func() bool { return rec.released() == 2 })
+		if got := r.values(t, k); !slices.Equal(got, []string{"other-owner", "other-owner", "other-owner", "", ""}) {
+			t.Fatalf("values %q", got)
+		}
+		noQuorumGoroutines(t, time.Second)
+	})
+
+	t.Run("MinorityPartitionStillAcquires", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		heal := r.partition(t, 3, 4)
+		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.count(t, k, lease.Token()); got != 3 {
+			t.Fatalf("token on %d nodes, want 3", got)
+		}
+		// Unlock reports the nodes it could not confirm.
+		err = lease.Unlock(ctxT(t, 10*time.Second))
+		var qe *quorum.QuorumError
+		if !errors.Is(err, quorum.ErrUnlockUnconfirmed) || !errors.As(err, &qe) {
+			t.Fatalf("got %v, want a *QuorumError matching ErrUnlockUnconfirmed", err)
+		}
+		if got := nodeIndexes(qe.Nodes); !slices.Equal(got, []int{3, 4}) {
+			t.Fatalf("unconfirmed nodes %v, want [3 4]: %v", got, err)
+		}
+		for _, ne := range qe.Nodes {
+			if ne.Addr != r.nodes[ne.Node].Addr() || ne.Err == nil {
+				t.Fatalf("node error %+v does not name the node and its error", ne)
+			}
+		}
+		heal()
+		// Retrying is safe and only needs the unconfirmed nodes.
+		if err := lease.Unlock(ctxT(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes", 5-got)
+		}
+	})
+}
+
+// Behaviour 9: ErrNotAcquired and ErrQuorumUnavailable, with per-node errors.
+func TestErrors(t *testing.T) {
+	r := newRig(t)
+
+	t.Run("HeldByMajorityIsNotAcquired", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		r.setOn(t, k, "other-owner", time.Minute, 0, 2, 4)
+		_, err := l.TryLock(ctxT(t, 10*time.Second), k)
+		var qe *quorum.QuorumError
+		if !errors.Is(err, quorum.ErrNotAcquired) || !errors.As(err, &qe) {
+			t.Fatalf("got %v, want a *QuorumError matching ErrNotAcquired", err)
+		}
+		if errors.Is(err, quorum.ErrQuorumUnavailable) || qe.Held < 3 || len(qe.Nodes) != 0 {
+			t.Fatalf("contention misreported: %+v", qe)
+		}
+		want := []string{"other-owner", "", "other-owner", "", "other-owner"}
+		eventually(t, 2*time.Second, "the failed attempt leaves nothing behind", func() bool { return slices.Equal(r.values(t, k), want) })
+	})
+
+	t.Run("MajorityPartitionIsUnavailable", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		r.partition(t, 2, 3, 4)
+		_, err := l.TryLock(ctxT(t, 10*time.Second), k)
+		var qe *quorum.QuorumError
+		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) {
+			t.Fatalf("got %v, want a *QuorumError matching ErrQuorumUnavailable", err)
+		}
+		if errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("unavailability reported as contention: %v", err)
+		}
+		// A node timeout is not the caller's deadline.
+		if !errors.Is(err, quorum.ErrNodeTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("node timeouts must match ErrNodeTimeout and not context.DeadlineExceeded: %v", err)
+		}
+		if got := nodeIndexes(qe.Nodes); !slices.Equal(got, []int{2, 3, 4}) {
+			t.Fatalf("failed nodes %v, want [2 3 4]: %v", got, err)
+		}
+		for _, ne := range qe.Nodes {
+			if ne.Addr != r.nodes[ne.Node].Addr() || ne.Err == nil || !strings.Contains(err.Error(), ne.Addr) {
+				t.Fatalf("node error %+v is not named in %q", ne, err)
+			}
+		}
+		// The two nodes that granted were released at once.
+		if got := r.values(t, k)[:2]; !slices.Equal(got, []string{"", ""}) {
+			t.Fatalf("granted nodes not released: %q", got)
+		}
+		// Lock retries, then reports the same cause.
+		l2 := r.locker(t, quorum.WithNodeTimeout(300*time.Millisecond), quorum.WithMaxWait(time.Second))
+		_, err = l2.Lock(ctxT(t, 10*time.Second), k)
+		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) || !strings.Contains(err.Error(), "gave up after") {
+			t.Fatalf("Lock: got %v", err)
+		}
+	})
+
+	t.Run("PausedNodesDoNotBlockPastNodeTimeout", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		r.pause(t, 2, 3, 4)
+		// The context allows a minute: only the node timeout can end this.
+		_, err := l.TryLock(ctxT(t, time.Minute), k)
+		var qe *quorum.QuorumError
+		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) {
+			t.Fatalf("got %v, want ErrQuorumUnavailable", err)
+		}
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, quorum.ErrNodeTimeout) {
+			t.Fatalf("want node timeouts, not a context error: %v", err)
+		}
+		if got := nodeIndexes(qe.Nodes); !slices.Equal(got, []int{2, 3, 4}) {
+			t.Fatalf("failed nodes %v, want [2 3 4]", got)
+		}
+	})
+}
+
+// Many failed attempts in a row on a held key: every one must be reported as
+// contention. (Answers that all arrived before the attempt's context was
+// released must never be mistaken for timeouts.)
+func TestContendedTryLockIsAlwaysNotAcquired(t *testing.T) {
+	r := newRig(t)
+	l := r.locker(t)
+	k := key(t)
+	held, err := r.locker(t).Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, time.Minute)
+	for i := range 1500 {
+		if _, err := l.TryLock(ctx, k); !errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("attempt %d: got %v, want ErrNotAcquired", i, err)
+		}
+	}
+	noQuorumGoroutines(t, 2*time.Second)
+	if got := r.count(t, k, held.Token()); got != 5 {
+		t.Fatalf("values %q", r.values(t, k))
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func nodeIndexes(nes []quorum.NodeError) []int {
+	var out []int
+	for _, ne := range nes {
+		out = append(out, ne.Node)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Behaviour 4: release, backoff, budget and context.
+func TestFailureAndRetry(t *testing.T) {
+	r := newRig(t)
+
+	t.Run("LockWaitsForTheHolder", func(t *testing.T) {
+		rec := &recorder{}
+		holder := r.locker(t)
+		l := r.locker(t, quorum.WithObserver(rec), quorum.WithMaxWait(20*time.Second))
+		k := key(t)
+		held, err := holder.Lock(ctxT(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := make(chan error, 1)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			released <- held.Unlock(context.Background())
+		}()
+		lease, err := l.Lock(ctxT(t, 30*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-released; err != nil {
+			t.Fatal(err)
+		}
+		ev := rec.snapshot().acquires
+		if len(ev) != 1 || ev[0].Result != quorum.ResultAcquired || ev[0].Attempts < 2 || ev[0].Duration <= 0 {
+			t.Fatalf("acquire events %+v, want one success after several attempts", ev)
+		}
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("LockGivesUpAtMaxWaitAndLeavesNothing", func(t *testing.T) {
+		rec := &recorder{}
+		holder := r.locker(t)
+		l := r.locker(t, quorum.WithObserver(rec), quorum.WithMaxWait(slow(500*time.Millisecond)),
+			quorum.WithRetry(quorum.Retry{BaseDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond}))
+		k := key(t)
+		held, err := holder.Lock(ctxT(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = l.Lock(ctxT(t, 30*time.Second), k)
+		if !errors.Is(err, quorum.ErrNotAcquired) || !strings.Contains(err.Error(), "gave up after") {
+			t.Fatalf("got %v", err)
+		}
+		ev := rec.snapshot().acquires
+		if len(ev) != 1 || ev[0].Result != quorum.ResultNotAcquired || ev[0].Attempts < 3 || ev[0].Err == nil {
+			t.Fatalf("acquire events %+v", ev)
+		}
+		// Every attempt released what it won: only the holder's token is left.
+		noQuorumGoroutines(t, time.Second)
+		if got := r.count(t, k, held.Token()); got != 5 {
+			t.Fatalf("values %q: attempts left keys behind", r.values(t, k))
+		}
+		if err := held.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("LockStopsAfterAttempts", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithObserver(rec), quorum.WithMaxWait(0),
+			quorum.WithRetry(quorum.Retry{Attempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
+		k := key(t)
+		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2, 3, 4)
+		_, err := l.Lock(ctxT(t, 10*time.Second), k)
+		if !errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("got %v", err)
+		}
+		if ev := rec.snapshot().acquires; len(ev) != 1 || ev[0].Attempts != 3 {
+			t.Fatalf("acquire events %+v, want 3 attempts", ev)
+		}
+	})
+
+	t.Run("CancelReturnsTheContextError", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithObserver(rec))
+		k := key(t)
+		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2, 3, 4)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		_, err := l.Lock(ctx, k)
+		if !errors.Is(err, context.Canceled) || errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("got %v, want an error wrapping context.Canceled", err)
+		}
+
+		ctx, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel2()
+		_, err = l.Lock(ctx, k)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want an error wrapping context.DeadlineExceeded", err)
+		}
+
+		cause := errors.New("shutting down")
+		ctx, cancel3 := context.WithCancelCause(context.Background())
+		cancel3(cause)
+		_, err = l.TryLock(ctx, k)
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
+			t.Fatalf("got %v, want context.Canceled and its cause", err)
+		}
+		ev := rec.snapshot().acquires
+		if len(ev) != 3 || ev[2].Attempts != 0 {
+			t.Fatalf("acquire events %+v: a done context must not reach the nodes", ev)
+		}
+		for _, e := range ev {
+			if e.Result != quorum.ResultCanceled {
+				t.Fatalf("result %v, want canceled", e.Result)
+			}
+		}
+	})
+}
+
+// Behaviour 5: Unlock.
+func TestUnlock(t *testing.T) {
+	r := newRig(t)
+
+	t.Run("DeletesEverywhereAndIsSafeToRepeat", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithObserver(rec))
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes", 5-got)
+		}
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatalf("second Unlock: %v", err)
+		}
+		if !errors.Is(lease.Err(), quorum.ErrReleased) {
+			t.Fatalf("Err() = %v, want ErrReleased", lease.Err())
+		}
+		waitClosed(t, lease.Lost(), time.Second, "Lost is closed after Unlock")
+		if ev := rec.snapshot().releases; len(ev) != 1 || ev[0].Released != 5 || ev[0].NotOwner != 0 || ev[0].Failed != 0 {
+			t.Fatalf("release events %+v", ev)
+		}
+	})
+
+	t.Run("ExpiredHolderCannotDeleteTheNewHolder", func(t *testing.T) {
+		rec := &recorder{}
+		old := r.locker(t, quorum.WithTTL(slow(200*time.Millisecond)), quorum.WithNodeTimeout(slow(50*time.Millisecond)), quorum.WithObserver(rec))
+		k := key(t)
+		oldLease, err := old.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, oldLease.Lost(), 2*time.Second, "the old lease expires")
+		eventually(t, 2*time.Second, "the keys expire", func() bool { return r.count(t, k, "") == 5 })
+		newLease, err := r.locker(t).Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = oldLease.Unlock(ctxT(t, 5*time.Second))
+		if !errors.Is(err, quorum.ErrLeaseLost) {
+			t.Fatalf("old Unlock: got %v, want ErrLeaseLost", err)
+		}
+		if got := r.count(t, k, newLease.Token()); got != 5 {
+			t.Fatalf("values %q: the old holder touched the new holder's key", r.values(t, k))
+		}
+		if ev := rec.snapshot().releases; len(ev) != 1 || ev[0].NotOwner != 5 || ev[0].Released != 0 {
+			t.Fatalf("release events %+v, want 5 not-owner answers", ev)
+		}
+		if err := newLease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Behaviour 6: Extend.
+func TestExtend(t *testing.T) {
+	r := newRig(t)
+
+	t.Run("ExtendsAndRecomputesValidity", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(200*time.Millisecond)), quorum.WithAmnesiaWindow(time.Minute), quorum.WithObserver(rec))
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, old := time.Now(), lease.Until()
+		if err := lease.Extend(ctxT(t, 5*time.Second), 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		u := lease.Until()
+		if u.Before(before.Add(30*time.Second-302*time.Millisecond-after.Sub(before))) || u.After(after.Add(30*time.Second-302*time.Millisecond)) || !u.After(old) {
+			t.Fatalf("Until after Extend is %v from now, want about 30s - 302ms", time.Until(u))
+		}
+		eventually(t, 2*time.Second, "every node has the new TTL", func() bool {
+			for _, a := range r.admin {
+				if d, _ := a.PTTL(ctxT(t, time.Second), k).Result(); d < 29*time.Second {
+					return false
+				}
+			}
+			return true
+		})
+		if ev := rec.snapshot().extends; len(ev) != 1 || ev[0].Err != nil || ev[0].Confirmed < 3 {
+			t.Fatalf("extend events %+v", ev)
+		}
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("AfterExpiryIsLeaseLost", func(t *testing.T) {
+		l := r.locker(t, quorum.WithTTL(slow(200*time.Millisecond)), quorum.WithNodeTimeout(slow(50*time.Millisecond)))
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, lease.Lost(), 2*time.Second, "the lease expires")
+		err = lease.Extend(ctxT(t, 5*time.Second), slow(200*time.Millisecond))
+		if !errors.Is(err, quorum.ErrLeaseLost) {
+			t.Fatalf("got %v, want ErrLeaseLost", err)
+		}
+	})
+
+	t.Run("AfterTakeoverIsLeaseLost", func(t *testing.T) {
+		l := r.locker(t, quorum.WithTTL(slow(200*time.Millisecond)), quorum.WithNodeTimeout(slow(50*time.Millisecond)))
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "the keys expire", func() bool { return r.count(t, k, "") == 5 })
+		other, err := r.locker(t, quorum.WithTTL(10*time.Second)).Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = lease.Extend(ctxT(t, 5*time.Second), slow(200*time.Millisecond))
+		if !errors.Is(err, quorum.ErrLeaseLost) || errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("got %v, want ErrLeaseLost", err)
+		}
+		for i, a := range r.admin {
+			if d, _ := a.PTTL(ctxT(t, time.Second), k).Result(); d < 5*time.Second {
+				t.Fatalf("node %d: the new holder's TTL was changed to %v", i, d)
+			}
+		}
+		if got := r.count(t, k, other.Token()); got != 5 {
+			t.Fatalf("values %q", r.values(t, k))
+		}
+		if err := other.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("MajorityUnreachableLosesTheLease", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithObserver(rec))
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heal := r.partition(t, 1, 2, 3)
+		err = lease.Extend(ctxT(t, 5*time.Second), 10*time.Second)
+		var qe *quorum.QuorumError
+		if !errors.Is(err, quorum.ErrLeaseLost) || !errors.As(err, &qe) {
+			t.Fatalf("got %v, want a *QuorumError matching ErrLeaseLost", err)
+		}
+		if got := nodeIndexes(qe.Nodes); !slices.Equal(got, []int{1, 2, 3}) {
+			t.Fatalf("failed nodes %v", got)
+		}
+		waitClosed(t, lease.Lost(), time.Second, "Lost is closed after a failed extension")
+		if !errors.Is(lease.Err(), quorum.ErrLeaseLost) {
+			t.Fatalf("Err() = %v", lease.Err())
+		}
+		if ev := rec.snapshot().lost; len(ev) != 1 || ev[0].Reason != quorum.LostExtendFailed {
+			t.Fatalf("lost events %+v", ev)
+		}
+		heal()
+		if err := lease.Extend(ctxT(t, 5*time.Second), 10*time.Second); !errors.Is(err, quorum.ErrLeaseLost) {
+			t.Fatalf("Extend on a lost lease: %v", err)
+		}
+		_ = lease.Unlock(ctxT(t, 5*time.Second))
+	})
+
+	t.Run("MinorityUnreachableStillExtends", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heal := r.partition(t, 0, 4)
+		if err := lease.Extend(ctxT(t, 5*time.Second), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		heal()
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("BadTTLChangesNothing", func(t *testing.T) {
+		l := r.locker(t, quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(100*time.Millisecond)), quorum.WithAmnesiaWindow(slow(5*time.Second)))
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := lease.Until()
+		for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond, slow(6 * time.Second)} {
+			if err := lease.Extend(ctxT(t, 5*time.Second), ttl); err == nil || errors.Is(err, quorum.ErrLeaseLost) {
+				t.Fatalf("Extend(%v): got %v, want a validation error", ttl, err)
+			}
+		}
+		if lease.Err() != nil || !lease.Until().Equal(until) {
+			t.Fatalf("a rejected Extend changed the lease: %v, %v", lease.Err(), lease.Until())
+		}
+		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Extend(ctxT(t, 5*time.Second), time.Second); !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, quorum.ErrReleased) {
+			t.Fatalf("Extend after Unlock: %v", err)
+		}
+	})
+}
+
+// Behaviour 7: Lost and Do.
+func TestLostAndDo(t *testing.T) {
+	r := newRig(t)
+
+	t.Run("LostClosesWhenValidityRunsOut", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithTTL(slow(300*time.Millisecond)), quorum.WithNodeTimeout(slow(100*time.Millisecond)), quorum.WithObserver(rec))
+		lease, err := l.Lock(ctxT(t, 5*time.Second), key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.Err() != nil {
+			t.Fatalf("Err() = %v while held", lease.Err())
+		}
+		waitClosed(t, lease.Lost(), 3*time.Second, "Lost is closed at Until")
+		if !time.Now().After(lease.Until()) {
+			t.Fatal("Lost closed before Until")
+		}
+		if !errors.Is(lease.Err(), quorum.ErrLeaseLost) {
+			t.Fatalf("Err() = %v", lease.Err())
+		}
+		if ev := rec.snapshot().lost; len(ev) != 1 || ev[0].Reason != quorum.LostExpired {
+			t.Fatalf("lost events %+v", ev)
+		}
+	})
+
+	t.Run("DoKeepsTheLeaseAcrossManyTTLs", func(t *testing.T) {
+		rec := &recorder{}
+		opts := []quorum.Option{quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(200 * time.Millisecond))}
+		l := r.locker(t, append(opts, quorum.WithObserver(rec))...)
+		rival := r.locker(t, opts...)
+		k := key(t)
+		err := l.Do(ctxT(t, slow(20*time.Second)), k, func(ctx context.Context, lease *quorum.Lease) error {
+			for range 17 { // 2.5s: two and a half TTLs
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-time.After(slow(150 * time.Millisecond)):
+				}
+				if _, err := rival.TryLock(ctx, k); !errors.Is(err, quorum.ErrNotAcquired) {
+					t.Errorf("rival TryLock during Do: %v", err)
+				}
+				if lease.Err() != nil {
+					return lease.Err()
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		noQuorumGoroutines(t, 50*time.Millisecond)
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes after Do", 5-got)
+		}
+		s := rec.snapshot()
+		if len(s.extends) < 3 || len(s.lost) != 0 {
+			t.Fatalf("%d extensions, %d losses", len(s.extends), len(s.lost))
+		}
+	})
+
+	t.Run("DoReturnsFnError", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		boom := errors.New("boom")
+		err := l.Do(ctxT(t, 5*time.Second), k, func(ctx context.Context, lease *quorum.Lease) error { return boom })
+		if !errors.Is(err, boom) || errors.Is(err, quorum.ErrLeaseLost) {
+			t.Fatalf("got %v, want boom alone", err)
+		}
+		noQuorumGoroutines(t, 50*time.Millisecond)
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes after Do", 5-got)
+		}
+	})
+
+	t.Run("DoDoesNotRunFnWithoutTheLock", func(t *testing.T) {
+		l := r.locker(t, quorum.WithMaxWait(200*time.Millisecond))
+		k := key(t)
+		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2, 3, 4)
+		ran := false
+		err := l.Do(ctxT(t, 5*time.Second), k, func(context.Context, *quorum.Lease) error { ran = true; return nil })
+		if ran || !errors.Is(err, quorum.ErrNotAcquired) {
+			t.Fatalf("ran=%v err=%v", ran, err)
+		}
+		noQuorumGoroutines(t, 50*time.Millisecond)
+	})
+
+	t.Run("DoCancelsFnWhenTheLeaseIsLost", func(t *testing.T) {
+		rec := &recorder{}
+		l := r.locker(t, quorum.WithTTL(slow(600*time.Millisecond)), quorum.WithNodeTimeout(slow(150*time.Millisecond)), quorum.WithObserver(rec))
+		k := key(t)
+		var cause error
+		err := l.Do(ctxT(t, 10*time.Second), k, func(ctx context.Context, lease *quorum.Lease) error {
+			r.partition(t, 0, 2, 4)
+			select {
+			case <-ctx.Done():
+				cause = context.Cause(ctx)
+				return ctx.Err()
+			case <-time.After(slow(5 * time.Second)):
+				return errors.New("fn's context was not cancelled")
+			}
+		})
+		if !errors.Is(cause, quorum.ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", cause)
+		}
+		if !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do: %v, want fn's error joined with ErrLeaseLost", err)
+		}
+		noQuorumGoroutines(t, 50*time.Millisecond)
+		if ev := rec.snapshot().lost; len(ev) != 1 {
+			t.Fatalf("lost events %+v", ev)
+		}
+	})
+
+	t.Run("DoReleasesWhenFnPanics", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		func() {
+			defer func() {
+				if p := recover(); p != "fn panicked" {
+					t.Fatalf("recovered %v", p)
+				}
+			}()
+			_ = l.Do(ctxT(t, 5*time.Second), k, func(context.Context, *quorum.Lease) error { panic("fn panicked") })
+		}()
+		noQuorumGoroutines(t, 50*time.Millisecond)
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes after a panic", 5-got)
+		}
+	})
+
+	t.Run("DoPassesParentCancellation", func(t *testing.T) {
+		l := r.locker(t)
+		k := key(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		err := l.Do(ctx, k, func(ctx context.Context, lease *quorum.Lease) error {
+			cancel()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		if !errors.Is(err, context.Canceled) || errors.Is(err, quorum.ErrLeaseLost) {
+			t.Fatalf("got %v", err)
+		}
+		noQuorumGoroutines(t, 50*time.Millisecond)
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes: the release must not use the cancelled context", 5-got)
+		}
+	})
+}

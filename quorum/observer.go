@@ -1,0 +1,139 @@
+package quorum
+
+import (
+	"context"
+	"time"
+)
+
+// Fencer issues fence tokens: for each key, every call returns a number
+// strictly greater than any number it returned before for that key, even
+// across restarts. With a Fencer configured (WithFencer), every lease carries
+// one in Fence, and the protected resource must reject writes that carry a
+// fence lower than one it has already seen. That is what makes a late holder
+// (a paused process whose lease expired) harmless; the lock alone cannot.
+type Fencer interface {
+	Next(ctx context.Context, key string) (int64, error)
+}
+
+// Result is the outcome of an acquisition (Lock, TryLock or Do).
+type Result uint8
+
+// The results.
+const (
+	ResultAcquired    Result = iota + 1 // a lease was returned
+	ResultNotAcquired                   // held by another owner (ErrNotAcquired)
+	ResultUnavailable                   // no majority reachable (ErrQuorumUnavailable)
+	ResultCanceled                      // the context ended first
+	ResultError                         // anything else, e.g. the Fencer failed
+)
+
+// String returns a short lower-case name, fit for a metric label.
+func (r Result) String() string {
+	switch r {
+	case ResultAcquired:
+		return "acquired"
+	case ResultNotAcquired:
+		return "not_acquired"
+	case ResultUnavailable:
+		return "unavailable"
+	case ResultCanceled:
+		return "canceled"
+	case ResultError:
+		return "error"
+	}
+	return "unknown"
+}
+
+// AcquireEvent reports one Lock, TryLock or Do acquisition.
+type AcquireEvent struct {
+	Key      string
+	Attempts int           // attempts made, the first included
+	Duration time.Duration // from the call to its return
+	Result   Result
+	Err      error // nil when Result is ResultAcquired
+}
+
+// NodeEvent reports one failed node request.
+type NodeEvent struct {
+	Op   Op
+	Key  string
+	Node int    // index in the slice given to New
+	Addr string // address when known
+	Err  error
+}
+
+// ExtendEvent reports one Extend call that reached the nodes.
+type ExtendEvent struct {
+	Key       string
+	Duration  time.Duration
+	Confirmed int   // nodes that confirmed the extension
+	Err       error // nil on success
+}
+
+// ReleaseEvent reports one Unlock call (including the release after a failed
+// attempt). Each node counts once.
+type ReleaseEvent struct {
+	Key      string
+	Duration time.Duration
+	Released int // nodes where the key held the token and was deleted
+	NotOwner int // nodes that answered 0: the key was absent or held by another owner
+	Failed   int // nodes that did not answer in time
+}
+
+// LostReason says why a lease was lost.
+type LostReason uint8
+
+// The reasons.
+const (
+	LostExpired      LostReason = iota + 1 // validity ran out before an extension
+	LostExtendFailed                       // an extension did not reach a majority in time
+)
+
+// String returns "expired" or "extend_failed".
+func (r LostReason) String() string {
+	switch r {
+	case LostExpired:
+		return "expired"
+	case LostExtendFailed:
+		return "extend_failed"
+	}
+	return "unknown"
+}
+
+// LostEvent reports a lease that was lost while held (not one released by
+// Unlock).
+type LostEvent struct {
+	Key    string
+	Reason LostReason
+	Held   time.Duration // how long the lease was held
+}
+
+// Observer receives events from a Locker. Its methods are called
+// synchronously on the locking path, possibly from several goroutines at
+// once: they must be safe for concurrent use and return quickly.
+// Embed NopObserver to implement only some of them.
+type Observer interface {
+	ObserveAcquire(AcquireEvent)
+	ObserveNodeError(NodeEvent)
+	ObserveExtend(ExtendEvent)
+	ObserveRelease(ReleaseEvent)
+	ObserveLost(LostEvent)
+}
+
+// NopObserver ignores every event. It is the default Observer.
+type NopObserver struct{}
+
+// ObserveAcquire does nothing.
+func (NopObserver) ObserveAcquire(AcquireEvent) {}
+
+// ObserveNodeError does nothing.
+func (NopObserver) ObserveNodeError(NodeEvent) {}
+
+// ObserveExtend does nothing.
+func (NopObserver) ObserveExtend(ExtendEvent) {}
+
+// ObserveRelease does nothing.
+func (NopObserver) ObserveRelease(ReleaseEvent) {}
+
+// ObserveLost does nothing.
+func (NopObserver) ObserveLost(LostEvent) {}

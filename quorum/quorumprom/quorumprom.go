@@ -1,0 +1,191 @@
+// Package quorumprom exports the events of a quorum.Locker as Prometheus
+// metrics. It is the only place where the lock meets Prometheus: package
+// quorum itself depends on go-redis and the standard library alone.
+//
+//	obs, err := quorumprom.New(prometheus.DefaultRegisterer)
+//	l, err := quorum.New(nodes, quorum.WithObserver(obs))
+//
+// Metrics (namespace "quorumlock" unless WithNamespace says otherwise):
+//
+//	quorumlock_acquire_total{result}               acquisitions by result
+//	quorumlock_acquire_duration_seconds{result}    time spent in Lock/TryLock/Do acquiring
+//	quorumlock_acquire_attempts                    attempts per acquisition
+//	quorumlock_node_errors_total{op,node}          failed node requests (node: address or index)
+//	quorumlock_extend_total{result}                extensions: ok, lost, canceled
+//	quorumlock_extend_duration_seconds             time an extension took
+//	quorumlock_release_nodes_total{result}         per node: released, not_owner, failed
+//	quorumlock_lease_lost_total{reason}            leases lost: expired, extend_failed
+//	quorumlock_lease_held_seconds                  how long lost leases had been held
+//
+// A rising not_owner count means holders release after their lease expired:
+// the TTL is too short for the work, or processes pause.
+package quorumprom
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Option configures the metrics.
+type Option func(*options)
+
+type options struct {
+	namespace   string
+	constLabels prometheus.Labels
+	buckets     []float64
+}
+
+// WithNamespace sets the metric name prefix (default "quorumlock").
+func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
+
+// WithConstLabels adds labels with fixed values to every metric, for
+// example to tell several Lockers apart.
+func WithConstLabels(l prometheus.Labels) Option { return func(o *options) { o.constLabels = l } }
+
+// WithBuckets sets the histogram buckets of the durations, in seconds.
+// Default: 0.5ms to 5s, roughly doubling.
+func WithBuckets(b []float64) Option { return func(o *options) { o.buckets = b } }
+
+var defaultBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5}
+
+// Results, reasons and operations, in the order of their quorum constants.
+var (
+	results = []quorum.Result{quorum.ResultAcquired, quorum.ResultNotAcquired, quorum.ResultUnavailable, quorum.ResultCanceled, quorum.ResultError}
+	reasons = []quorum.LostReason{quorum.LostExpired, quorum.LostExtendFailed}
+)
+
+// Observer is a quorum.Observer that updates Prometheus metrics. It is safe
+// for concurrent use.
+type Observer struct {
+	acquireTotal    map[quorum.Result]prometheus.Counter
+	acquireDuration map[quorum.Result]prometheus.Observer
+	attempts        prometheus.Histogram
+	nodeErrors      *prometheus.CounterVec
+	extendOK        prometheus.Counter
+	extendLost      prometheus.Counter
+	extendCanceled  prometheus.Counter
+	extendDuration  prometheus.Histogram
+	released        prometheus.Counter
+	notOwner        prometheus.Counter
+	releaseFailed   prometheus.Counter
+	lost            map[quorum.LostReason]prometheus.Counter
+	heldSeconds     prometheus.Histogram
+}
+
+var _ quorum.Observer = (*Observer)(nil)
+
+// New creates the metrics and registers them on reg. It fails when reg
+// rejects them (for example when they are already registered).
+func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
+	if reg == nil {
+		return nil, errors.New("quorumprom: nil Registerer")
+	}
+	o := options{namespace: "quorumlock", buckets: defaultBuckets}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if len(o.buckets) == 0 {
+		return nil, errors.New("quorumprom: no histogram buckets")
+	}
+	opts2 := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: o.namespace, Name: name, Help: help, ConstLabels: o.constLabels}
+	}
+	hist := func(name, help string, buckets []float64) prometheus.HistogramOpts {
+		return prometheus.HistogramOpts{Namespace: o.namespace, Name: name, Help: help, ConstLabels: o.constLabels, Buckets: buckets}
+	}
+
+	acquireTotal := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("acquire_total", "Acquisitions (Lock, TryLock, Do) by result.")), []string{"result"})
+	acquireDuration := prometheus.NewHistogramVec(hist("acquire_duration_seconds", "Time spent acquiring, retries included, by result.", o.buckets), []string{"result"})
+	attempts := prometheus.NewHistogram(hist("acquire_attempts", "Attempts per acquisition.", []float64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89}))
+	nodeErrors := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("node_errors_total", "Failed node requests by operation and node.")), []string{"op", "node"})
+	extendTotal := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("extend_total", "Extensions by result: ok, lost (the lease is lost), canceled.")), []string{"result"})
+	extendDuration := prometheus.NewHistogram(hist("extend_duration_seconds", "Time an extension took.", o.buckets))
+	releaseNodes := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("release_nodes_total", "Node answers to releases: released, not_owner (the key had expired or belonged to another owner), failed.")), []string{"result"})
+	lost := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("lease_lost_total", "Leases lost while held, by reason.")), []string{"reason"})
+	heldSeconds := prometheus.NewHistogram(hist("lease_held_seconds", "How long lost leases had been held.", prometheus.ExponentialBuckets(0.01, 4, 10)))
+
+	for _, c := range []prometheus.Collector{acquireTotal, acquireDuration, attempts, nodeErrors, extendTotal, extendDuration, releaseNodes, lost, heldSeconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("quorumprom: register: %w", err)
+		}
+	}
+
+	obs := &Observer{
+		acquireTotal:    map[quorum.Result]prometheus.Counter{},
+		acquireDuration: map[quorum.Result]prometheus.Observer{},
+		attempts:        attempts,
+		nodeErrors:      nodeErrors,
+		extendOK:        extendTotal.WithLabelValues("ok"),
+		extendLost:      extendTotal.WithLabelValues("lost"),
+		extendCanceled:  extendTotal.WithLabelValues("canceled"),
+		extendDuration:  extendDuration,
+		released:        releaseNodes.WithLabelValues("released"),
+		notOwner:        releaseNodes.WithLabelValues("not_owner"),
+		releaseFailed:   releaseNodes.WithLabelValues("failed"),
+		lost:            map[quorum.LostReason]prometheus.Counter{},
+		heldSeconds:     heldSeconds,
+	}
+	// Resolve every label value once, so that events never allocate and
+	// every series exists (at zero) from the start.
+	for _, r := range results {
+		obs.acquireTotal[r] = acquireTotal.WithLabelValues(r.String())
+		obs.acquireDuration[r] = acquireDuration.WithLabelValues(r.String())
+	}
+	for _, r := range reasons {
+		obs.lost[r] = lost.WithLabelValues(r.String())
+	}
+	return obs, nil
+}
+
+// ObserveAcquire counts the acquisition and records its duration and attempts.
+func (o *Observer) ObserveAcquire(e quorum.AcquireEvent) {
+	if c, ok := o.acquireTotal[e.Result]; ok {
+		c.Inc()
+		o.acquireDuration[e.Result].Observe(e.Duration.Seconds())
+	}
+	o.attempts.Observe(float64(e.Attempts))
+}
+
+// ObserveNodeError counts a failed node request.
+func (o *Observer) ObserveNodeError(e quorum.NodeEvent) {
+	node := e.Addr
+	if node == "" {
+		node = strconv.Itoa(e.Node)
+	}
+	o.nodeErrors.WithLabelValues(e.Op.String(), node).Inc()
+}
+
+// ObserveExtend counts an extension by result and records its duration.
+func (o *Observer) ObserveExtend(e quorum.ExtendEvent) {
+	switch {
+	case e.Err == nil:
+		o.extendOK.Inc()
+	case errors.Is(e.Err, quorum.ErrLeaseLost):
+		o.extendLost.Inc()
+	default:
+		o.extendCanceled.Inc()
+	}
+	o.extendDuration.Observe(e.Duration.Seconds())
+}
+
+// ObserveRelease counts the node answers of a release.
+func (o *Observer) ObserveRelease(e quorum.ReleaseEvent) {
+	o.released.Add(float64(e.Released))
+	o.notOwner.Add(float64(e.NotOwner))
+	o.releaseFailed.Add(float64(e.Failed))
+}
+
+// ObserveLost counts a lost lease and records how long it was held.
+func (o *Observer) ObserveLost(e quorum.LostEvent) {
+	if c, ok := o.lost[e.Reason]; ok {
+		c.Inc()
+	}
+	o.heldSeconds.Observe(e.Held.Seconds())
+}

@@ -1,0 +1,335 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// rig is five real masters on the bed, with direct (fault-free) admin
+// clients to inspect them.
+type rig struct {
+	bed     *testbed.Bed
+	nodes   []*testbed.RedisNode
+	clients []redis.UniversalClient
+	admin   []*redis.Client
+}
+
+func newRig(t testing.TB) *rig {
+	t.Helper()
+	bed := testbed.Start(t, testbed.Options{Redis: 5})
+	r := &rig{bed: bed, nodes: bed.Redis}
+	for _, n := range bed.Redis {
+		// The bed's client options, with socket timeouts long enough that
+		// the Locker's node timeout (a context deadline) is what cuts a
+		// request short, even on a loaded machine under the race detector.
+		o := testbed.ClientOptions(n.Addr())
+		o.ReadTimeout, o.WriteTimeout = slow(10*time.Second), slow(10*time.Second)
+		c := redis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		r.clients = append(r.clients, c)
+	}
+	r.admin = make([]*redis.Client, len(bed.Redis))
+	for i := range bed.Redis {
+		r.reconnectAdmin(t, i)
+	}
+	r.warm(t)
+	return r
+}
+
+// reconnectAdmin (re)opens the direct client of node i: a restarted node may
+// listen on another direct address (the proxied Addr stays the same).
+func (r *rig) reconnectAdmin(t testing.TB, i int) {
+	if old := r.admin[i]; old != nil {
+		_ = old.Close()
+	}
+	a := r.nodes[i].Admin()
+	t.Cleanup(func() { _ = a.Close() })
+	r.admin[i] = a
+}
+
+// warm marks every node as one that has never held a lock, so the amnesia
+// guard lets it vote at once (what an operator does on brand-new nodes).
+func (r *rig) warm(t testing.TB) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	for i, a := range r.admin {
+		if err := a.Set(ctx, quorum.BootMarkerKey, "0", 0).Err(); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+}
+
+// slow scales a test duration by timeScale.
+func slow(d time.Duration) time.Duration { return d * timeScale }
+
+// locker returns a Locker on the rig. Its node timeout is slow(1s) unless
+// opts say otherwise: the test machine may be loaded, and only the tests
+// about timeouts use short ones.
+func (r *rig) locker(t testing.TB, opts ...quorum.Option) *quorum.Locker {
+	t.Helper()
+	opts = append([]quorum.Option{quorum.WithNodeTimeout(slow(time.Second))}, opts...)
+	l, err := quorum.New(r.clients, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// values returns the key's value on every node ("" when absent), read
+// directly from the servers.
+func (r *rig) values(t testing.TB, key string) []string {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	out := make([]string, len(r.admin))
+	for i, a := range r.admin {
+		v, err := a.Get(ctx, key).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("node %d: get: %v", i, err)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// value returns the key's value on node i ("" when absent).
+func (r *rig) value(t testing.TB, key string, i int) string {
+	t.Helper()
+	v, err := r.admin[i].Get(ctxT(t, 10*time.Second), key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("node %d: get: %v", i, err)
+	}
+	return v
+}
+
+// count returns on how many nodes the key holds v.
+func (r *rig) count(t testing.TB, key, v string) int {
+	t.Helper()
+	n := 0
+	for _, got := range r.values(t, key) {
+		if got == v {
+			n++
+		}
+	}
+	return n
+}
+
+// setOn writes key=v directly on the given nodes, as another owner would.
+func (r *rig) setOn(t testing.TB, key, v string, ttl time.Duration, nodes ...int) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	for _, i := range nodes {
+		if err := r.admin[i].Set(ctx, key, v, ttl).Err(); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+}
+
+// partition cuts the given nodes off and heals them when the test ends
+// (or earlier through the returned function, which is idempotent).
+func (r *rig) partition(t testing.TB, nodes ...int) (heal func()) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	for _, i := range nodes {
+		if err := r.nodes[i].Partition(ctx); err != nil {
+			t.Fatalf("partition node %d: %v", i, err)
+		}
+	}
+	var once sync.Once
+	heal = func() {
+		once.Do(func() {
+			for _, i := range nodes {
+				if err := r.nodes[i].Heal(context.Background()); err != nil {
+					t.Errorf("heal node %d: %v", i, err)
+				}
+			}
+			r.settle(t, nodes...)
+		})
+	}
+	t.Cleanup(heal)
+	return heal
+}
+
+// settle waits until the clients of the given nodes answer again. The proxy
+// closes connections that lived through a fault shortly after it ends; the
+// pool discards them once it sees them closed, and a request that picked
+// one just before gets EOF. Real callers retry (Unlock is safe to retry);
+// tests that count node answers settle first.
+func (r *rig) settle(t testing.TB, nodes ...int) {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond)
+	for _, i := range nodes {
+		ok := 0
+		for try := 0; ok < 3; try++ {
+			if try > 100 {
+				t.Fatalf("node %d does not answer after the fault", i)
+			}
+			if r.clients[i].Ping(ctxT(t, slow(time.Second))).Err() == nil {
+				ok++
+			} else {
+				ok = 0
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// pause freezes the given nodes and resumes them when the test ends (or
+// earlier through the returned function).
+func (r *rig) pause(t testing.TB, nodes ...int) (resume func()) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	for _, i := range nodes {
+		if err := r.nodes[i].Pause(ctx); err != nil {
+			t.Fatalf("pause node %d: %v", i, err)
+		}
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			for _, i := range nodes {
+				if err := r.nodes[i].Resume(context.Background()); err != nil {
+					t.Errorf("resume node %d: %v", i, err)
+				}
+			}
+			r.settle(t, nodes...)
+		})
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond every 10ms until it holds or slow(d) passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	d = slow(d)
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitClosed fails the test when ch is not closed within slow(d).
+func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	d = slow(d)
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("not within %v: %s", d, what)
+	}
+}
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu       sync.Mutex
+	acquires []quorum.AcquireEvent
+	nodeErrs []quorum.NodeEvent
+	extends  []quorum.ExtendEvent
+	releases []quorum.ReleaseEvent
+	lost     []quorum.LostEvent
+}
+
+func (r *recorder) ObserveAcquire(e quorum.AcquireEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acquires = append(r.acquires, e)
+}
+
+func (r *recorder) ObserveNodeError(e quorum.NodeEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nodeErrs = append(r.nodeErrs, e)
+}
+
+func (r *recorder) ObserveExtend(e quorum.ExtendEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.extends = append(r.extends, e)
+}
+
+func (r *recorder) ObserveRelease(e quorum.ReleaseEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releases = append(r.releases, e)
+}
+
+func (r *recorder) ObserveLost(e quorum.LostEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lost = append(r.lost, e)
+}
+
+func (r *recorder) snapshot() recorder {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return recorder{
+		acquires: append([]quorum.AcquireEvent(nil), r.acquires...),
+		nodeErrs: append([]quorum.NodeEvent(nil), r.nodeErrs...),
+		extends:  append([]quorum.ExtendEvent(nil), r.extends...),
+		releases: append([]quorum.ReleaseEvent(nil), r.releases...),
+		lost:     append([]quorum.LostEvent(nil), r.lost...),
+	}
+}
+
+// released sums the Released counts of every release event.
+func (r *recorder) released() int {
+	s := r.snapshot()
+	n := 0
+	for _, e := range s.releases {
+		n += e.Released
+	}
+	return n
+}
+
+// quorumGoroutines returns the stacks of live goroutines that run code of
+// package quorum (not of its tests).
+func quorumGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "quorumlock/quorumlock/quorum.") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// noQuorumGoroutines fails when goroutines of package quorum are still
+// running after grace (which lets goroutines that are just returning end).
+func noQuorumGoroutines(t testing.TB, grace time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(slow(grace))
+	for {
+		left := quorumGoroutines()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines of package quorum still running:\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func key(t testing.TB) string { return fmt.Sprintf("lock:%s", t.Name()) }
