@@ -245,13 +245,14 @@ func orderState(ctx context.Context, dsn string) ([]checker.OrderRow, int64, err
 
 // findOrdersd locates the ordersd binary: the flag, then bin/ordersd, then PATH.
 func findOrdersd(flagValue string) (string, error) {
-	for _, c := range []string{flagValue, filepath.Join("bin", "ordersd")} {
-		if c == "" {
-			continue
+	if flagValue != "" {
+		if st, err := os.Stat(flagValue); err != nil || st.IsDir() {
+			return "", fmt.Errorf("-ordersd %s: not an executable file", flagValue)
 		}
-		if st, err := os.Stat(c); err == nil && !st.IsDir() {
-			return filepath.Abs(c)
-		}
+		return filepath.Abs(flagValue)
+	}
+	if st, err := os.Stat(filepath.Join("bin", "ordersd")); err == nil && !st.IsDir() {
+		return filepath.Abs(filepath.Join("bin", "ordersd"))
 	}
 	if p, err := exec.LookPath("ordersd"); err == nil {
 		return p, nil
