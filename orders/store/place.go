@@ -226,18 +226,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 	if err := tx.Commit(ctx); err != nil {
 		return Outcome{}, fmt.Errorf("store: place order: commit: %w", err)
 	}
-	return Outcome{
-		Kind:           OutcomeOrder,
-		UserID:         o.UserID,
-		IdempotencyKey: o.IdempotencyKey,
-		Fingerprint:    o.Fingerprint,
-		ProductID:      o.ProductID,
-		Quantity:       o.Quantity,
-		ResponseStatus: status,
-		ResponseBody:   body,
-		CreatedAt:      o.CreatedAt,
-		Order:          o,
-	}, nil
+	return orderOutcome(o, status, body), nil
 }
 
 // saveOutOfStock records the rejection and commits.
@@ -351,18 +340,7 @@ func lookupTx(ctx context.Context, q querier, userID, key string) (Outcome, erro
 	err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+`, response_status, response_body
 FROM orders WHERE user_id = $1 AND idempotency_key = $2`, userID, key), &o, &status, &body)
 	if err == nil {
-		return Outcome{
-			Kind:           OutcomeOrder,
-			UserID:         o.UserID,
-			IdempotencyKey: o.IdempotencyKey,
-			Fingerprint:    o.Fingerprint,
-			ProductID:      o.ProductID,
-			Quantity:       o.Quantity,
-			ResponseStatus: status,
-			ResponseBody:   body,
-			CreatedAt:      o.CreatedAt,
-			Order:          o,
-		}, nil
+		return orderOutcome(o, status, body), nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Outcome{}, fmt.Errorf("store: lookup order: %w", err)
@@ -389,4 +367,20 @@ func isIdempotencyConflict(err error) bool {
 		return false
 	}
 	return pgErr.ConstraintName == "orders_user_idempotency_unique" || pgErr.ConstraintName == "request_outcomes_pkey"
+}
+
+// orderOutcome is the saved outcome of an order and its response snapshot.
+func orderOutcome(o Order, status int, body []byte) Outcome {
+	return Outcome{
+		Kind:           OutcomeOrder,
+		UserID:         o.UserID,
+		IdempotencyKey: o.IdempotencyKey,
+		Fingerprint:    o.Fingerprint,
+		ProductID:      o.ProductID,
+		Quantity:       o.Quantity,
+		ResponseStatus: status,
+		ResponseBody:   body,
+		CreatedAt:      o.CreatedAt,
+		Order:          o,
+	}
 }
