@@ -90,12 +90,17 @@ func TestFencer(t *testing.T) {
 	// A fence that arrives after the validity ran out would let a late
 	// holder write: the lease is released and the attempt fails.
 	t.Run("FenceAfterValidityFails", func(t *testing.T) {
-		f := &memFencer{delay: slow(400 * time.Millisecond)}
-		l := r.locker(t, quorum.WithTTL(slow(300*time.Millisecond)), quorum.WithNodeTimeout(slow(100*time.Millisecond)), quorum.WithFencer(f))
+		// The fencer answers after the whole TTL, so always after the
+		// validity; the node timeout leaves the vote time to be won.
+		f := &memFencer{delay: slow(600 * time.Millisecond)}
+		l := r.locker(t, quorum.WithTTL(slow(500*time.Millisecond)), quorum.WithNodeTimeout(slow(200*time.Millisecond)), quorum.WithFencer(f))
 		k := key(t)
-		_, err := l.TryLock(ctxT(t, 5*time.Second), k)
+		_, err := l.TryLock(ctxT(t, 30*time.Second), k)
 		if !errors.Is(err, quorum.ErrQuorumUnavailable) {
 			t.Fatalf("got %v, want ErrQuorumUnavailable", err)
+		}
+		if f.calls != 1 {
+			t.Fatalf("fencer called %d times, want 1: the vote was not won, so the late fence was not tested", f.calls)
 		}
 		eventually(t, 2*time.Second, "the nodes are released", func() bool { return r.count(t, k, "") == 5 })
 	})
@@ -117,9 +122,20 @@ func TestObserver(t *testing.T) {
 	if err := lease.Extend(ctxT(t, 5*time.Second), slow(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	// Heal only once node 4's requests have failed: the partition holds
+	// back the bytes, and a request still waiting when it heals may be
+	// answered after all.
+	eventually(t, 10*time.Second, "node 4's acquire and extend requests fail", func() bool {
+		var acq, ext bool
+		for _, e := range rec.snapshot().nodeErrs {
+			acq = acq || (e.Node == 4 && e.Op == quorum.OpAcquire)
+			ext = ext || (e.Node == 4 && e.Op == quorum.OpExtend)
+		}
+		return acq && ext
+	})
 	heal()
 	waitClosed(t, lease.Lost(), 5*time.Second, "the lease expires")
-	r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2, 3, 4)
+	r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
 	_ = lease.Unlock(ctxT(t, 5*time.Second))
 
 	s := rec.snapshot()

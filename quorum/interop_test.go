@@ -27,8 +27,10 @@ func TestRedsyncInterop(t *testing.T) {
 
 	t.Run("RedsyncHoldsWeAreExcluded", func(t *testing.T) {
 		k := key(t)
-		m := rs.NewMutex(k, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
-		if err := m.LockContext(ctxT(t, 5*time.Second)); err != nil {
+		// The expiry outlasts the checks below on a loaded machine (and
+		// sets redsync's per-node timeout to 5% of it).
+		m := rs.NewMutex(k, redsync.WithExpiry(5*time.Minute), redsync.WithTries(1))
+		if err := m.LockContext(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if got := r.count(t, k, m.Value()); got < 3 {
@@ -55,23 +57,24 @@ func TestRedsyncInterop(t *testing.T) {
 
 	t.Run("WeHoldRedsyncIsExcluded", func(t *testing.T) {
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := rs.NewMutex(k, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
-		if err := m.LockContext(ctxT(t, 5*time.Second)); err == nil {
+		// Our lease is on every node and outlasts the checks below on a
+		// loaded machine.
+		lease := r.hold(t, k)
+		m := rs.NewMutex(k, redsync.WithExpiry(5*time.Minute), redsync.WithTries(1))
+		if err := m.LockContext(ctxT(t, time.Minute)); err == nil {
 			t.Fatal("redsync acquired a key we hold")
 		}
 		// Redsync's compare-and-delete does not remove our token either.
 		if ok, _ := rs.NewMutex(k, redsync.WithValue("not-our-token")).UnlockContext(ctxT(t, 5*time.Second)); ok {
 			t.Fatal("redsync released our lease with another value")
 		}
-		eventually(t, 2*time.Second, "our token on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+		if got := r.count(t, k, lease.Token()); got != 5 {
+			t.Fatalf("values %q: our token is not on every node", r.values(t, k))
+		}
 		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if err := m.LockContext(ctxT(t, 5*time.Second)); err != nil {
+		if err := m.LockContext(ctxT(t, time.Minute)); err != nil {
 			t.Fatalf("redsync after our release: %v", err)
 		}
 		if _, err := m.UnlockContext(ctxT(t, 5*time.Second)); err != nil {

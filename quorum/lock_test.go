@@ -16,12 +16,15 @@ func TestAcquire(t *testing.T) {
 	r := newRig(t)
 
 	t.Run("GrantsOnEveryNode", func(t *testing.T) {
-		ttl := slow(10 * time.Second)
+		// The node timeout (and the context, which bounds the late
+		// requests too) lets the nodes outside the majority answer on a
+		// loaded machine; the TTL outlasts the test.
+		ttl := slow(time.Minute)
 		allowance := ttl/100 + 2*time.Millisecond
-		l := r.locker(t, quorum.WithTTL(ttl))
+		l := r.locker(t, quorum.WithTTL(ttl), quorum.WithNodeTimeout(slow(10*time.Second)))
 		k := key(t)
 		before := time.Now()
-		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		lease, err := l.Lock(ctxT(t, slow(time.Minute)), k)
 		after := time.Now()
 		if err != nil {
 			t.Fatal(err)
@@ -32,7 +35,7 @@ func TestAcquire(t *testing.T) {
 		if lease.Fence() != 0 {
 			t.Fatalf("Fence() = %d without a Fencer", lease.Fence())
 		}
-		eventually(t, 2*time.Second, "every node holds the token", func() bool { return r.count(t, k, lease.Token()) == 5 })
+		eventually(t, 15*time.Second, "every node holds the token", func() bool { return r.count(t, k, lease.Token()) == 5 })
 		// Validity: TTL - elapsed - (TTL*0.01 + 2ms), measured from before the first request.
 		maxUntil := after.Add(ttl - allowance)
 		minUntil := before.Add(ttl - allowance - after.Sub(before))
@@ -75,12 +78,15 @@ func TestAcquire(t *testing.T) {
 	})
 
 	t.Run("ReturnsAtMajorityWithoutWaitingForPausedNodes", func(t *testing.T) {
-		// Node timeout 10s: had Lock waited for the paused nodes, it
-		// could only return once they are resumed, which happens after.
-		l := r.locker(t, quorum.WithTTL(30*time.Second), quorum.WithNodeTimeout(10*time.Second))
+		// Had Lock waited for the paused nodes, it could only return once
+		// they are resumed, which happens after. The node timeout (and the
+		// context, which bounds the late requests too) outlasts resuming
+		// the nodes on a loaded machine, so the late SETs are not cut off;
+		// the TTL outlasts the whole test.
+		l := r.locker(t, quorum.WithTTL(10*time.Minute), quorum.WithNodeTimeout(2*time.Minute))
 		k := key(t)
 		resume := r.pause(t, 3, 4)
-		lease, err := l.Lock(ctxT(t, 60*time.Second), k)
+		lease, err := l.Lock(ctxT(t, 5*time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +94,7 @@ func TestAcquire(t *testing.T) {
 		// The late SETs land after the vote; they hold our token and
 		// stay part of the lease.
 		eventually(t, 5*time.Second, "the resumed nodes answer", func() bool { return r.count(t, k, lease.Token()) == 5 })
-		if err := lease.Unlock(ctxT(t, 15*time.Second)); err != nil {
+		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if got := r.count(t, k, ""); got != 5 {
@@ -98,11 +104,14 @@ func TestAcquire(t *testing.T) {
 
 	t.Run("GivesUpEarlyAndReleasesLateWinners", func(t *testing.T) {
 		rec := &recorder{}
-		l := r.locker(t, quorum.WithTTL(30*time.Second), quorum.WithNodeTimeout(10*time.Second), quorum.WithObserver(rec))
+		// The request to node 4 must still be waiting when node 4 is
+		// resumed (node timeout and context outlast that on a loaded
+		// machine), and the other owner's keys outlast the test.
+		l := r.locker(t, quorum.WithTTL(10*time.Minute), quorum.WithNodeTimeout(2*time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2)
+		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2)
 		resume := r.pause(t, 4)
-		_, err := l.TryLock(ctxT(t, 60*time.Second), k)
+		_, err := l.TryLock(ctxT(t, 5*time.Minute), k)
 		if !errors.Is(err, quorum.ErrNotAcquired) {
 			t.Fatalf("got %v, want ErrNotAcquired while node 4 is paused", err)
 		}
@@ -118,7 +127,9 @@ func TestAcquire(t *testing.T) {
 	})
 
 	t.Run("MinorityPartitionStillAcquires", func(t *testing.T) {
-		l := r.locker(t)
+		// The keys must outlive the first Unlock, which waits out the
+		// acquisition's and its own requests to the cut-off nodes.
+		l := r.locker(t, quorum.WithTTL(5*time.Minute))
 		k := key(t)
 		heal := r.partition(t, 3, 4)
 		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
@@ -128,8 +139,10 @@ func TestAcquire(t *testing.T) {
 		if got := r.count(t, k, lease.Token()); got != 3 {
 			t.Fatalf("token on %d nodes, want 3", got)
 		}
-		// Unlock reports the nodes it could not confirm.
-		err = lease.Unlock(ctxT(t, 10*time.Second))
+		// Unlock reports the nodes it could not confirm. Its context
+		// outlasts the two node timeouts it waits, so only the node
+		// timeouts of nodes 3 and 4 end it.
+		err = lease.Unlock(ctxT(t, 2*time.Minute))
 		var qe *quorum.QuorumError
 		if !errors.Is(err, quorum.ErrUnlockUnconfirmed) || !errors.As(err, &qe) {
 			t.Fatalf("got %v, want a *QuorumError matching ErrUnlockUnconfirmed", err)
@@ -144,7 +157,7 @@ func TestAcquire(t *testing.T) {
 		}
 		heal()
 		// Retrying is safe and only needs the unconfirmed nodes.
-		if err := lease.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if got := r.count(t, k, ""); got != 5 {
@@ -160,7 +173,7 @@ func TestErrors(t *testing.T) {
 	t.Run("HeldByMajorityIsNotAcquired", func(t *testing.T) {
 		l := r.locker(t)
 		k := key(t)
-		r.setOn(t, k, "other-owner", time.Minute, 0, 2, 4)
+		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 2, 4)
 		_, err := l.TryLock(ctxT(t, 10*time.Second), k)
 		var qe *quorum.QuorumError
 		if !errors.Is(err, quorum.ErrNotAcquired) || !errors.As(err, &qe) {
@@ -201,9 +214,12 @@ func TestErrors(t *testing.T) {
 		if got := r.values(t, k)[:2]; !slices.Equal(got, []string{"", ""}) {
 			t.Fatalf("granted nodes not released: %q", got)
 		}
-		// Lock retries, then reports the same cause.
-		l2 := r.locker(t, quorum.WithNodeTimeout(300*time.Millisecond), quorum.WithMaxWait(time.Second))
-		_, err = l2.Lock(ctxT(t, 10*time.Second), k)
+		// Lock retries, then reports the same cause. The attempt count
+		// bounds it: a time budget could run out during the first attempt
+		// on a loaded machine, and then there is no retry to see.
+		l2 := r.locker(t, quorum.WithNodeTimeout(slow(300*time.Millisecond)), quorum.WithMaxWait(0),
+			quorum.WithRetry(quorum.Retry{Attempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond}))
+		_, err = l2.Lock(ctxT(t, 2*time.Minute), k)
 		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) || !strings.Contains(err.Error(), "gave up after") {
 			t.Fatalf("Lock: got %v", err)
 		}
@@ -235,11 +251,10 @@ func TestContendedTryLockIsAlwaysNotAcquired(t *testing.T) {
 	r := newRig(t)
 	l := r.locker(t)
 	k := key(t)
-	held, err := r.locker(t).Lock(ctxT(t, 10*time.Second), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxT(t, time.Minute)
+	// The holder's key is on every node and outlasts the whole loop, even
+	// under -race on a loaded machine, so every attempt meets a live key.
+	held := r.hold(t, k)
+	ctx := ctxT(t, 2*time.Minute)
 	for i := range 1500 {
 		if _, err := l.TryLock(ctx, k); !errors.Is(err, quorum.ErrNotAcquired) {
 			t.Fatalf("attempt %d: got %v, want ErrNotAcquired", i, err)
@@ -269,8 +284,16 @@ func TestFailureAndRetry(t *testing.T) {
 
 	t.Run("LockWaitsForTheHolder", func(t *testing.T) {
 		rec := &recorder{}
-		holder := r.locker(t)
-		l := r.locker(t, quorum.WithObserver(rec), quorum.WithMaxWait(20*time.Second))
+		// The holder releases once a majority of nodes refused the
+		// waiter (an attempt failed), whatever the scheduling: no sleep
+		// decides who runs first.
+		refused := newHeldAnswers(3)
+		holder := r.locker(t, quorum.WithTTL(5*time.Minute))
+		l, err := quorum.New(r.hookedClients(t, refused), quorum.WithNodeTimeout(slow(time.Second)),
+			quorum.WithObserver(rec), quorum.WithMaxWait(slow(20*time.Second)))
+		if err != nil {
+			t.Fatal(err)
+		}
 		k := key(t)
 		held, err := holder.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
@@ -278,10 +301,14 @@ func TestFailureAndRetry(t *testing.T) {
 		}
 		released := make(chan error, 1)
 		go func() {
-			time.Sleep(300 * time.Millisecond)
-			released <- held.Unlock(context.Background())
+			select {
+			case <-refused.reached:
+				released <- held.Unlock(context.Background())
+			case <-time.After(slow(time.Minute)):
+				released <- errors.New("no attempt of the waiter was refused")
+			}
 		}()
-		lease, err := l.Lock(ctxT(t, 30*time.Second), k)
+		lease, err := l.Lock(ctxT(t, 2*time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,15 +326,13 @@ func TestFailureAndRetry(t *testing.T) {
 
 	t.Run("LockGivesUpAtMaxWaitAndLeavesNothing", func(t *testing.T) {
 		rec := &recorder{}
-		holder := r.locker(t)
-		l := r.locker(t, quorum.WithObserver(rec), quorum.WithMaxWait(slow(500*time.Millisecond)),
+		l := r.locker(t, quorum.WithObserver(rec), quorum.WithMaxWait(slow(time.Second)),
 			quorum.WithRetry(quorum.Retry{BaseDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond}))
 		k := key(t)
-		held, err := holder.Lock(ctxT(t, 10*time.Second), k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = l.Lock(ctxT(t, 30*time.Second), k)
+		// On every node, and outlasting the waiter's budget and the
+		// checks after it.
+		held := r.hold(t, k)
+		_, err := l.Lock(ctxT(t, 30*time.Second), k)
 		if !errors.Is(err, quorum.ErrNotAcquired) || !strings.Contains(err.Error(), "gave up after") {
 			t.Fatalf("got %v", err)
 		}
@@ -330,7 +355,7 @@ func TestFailureAndRetry(t *testing.T) {
 		l := r.locker(t, quorum.WithObserver(rec), quorum.WithMaxWait(0),
 			quorum.WithRetry(quorum.Retry{Attempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
 		k := key(t)
-		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2, 3, 4)
+		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
 		_, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if !errors.Is(err, quorum.ErrNotAcquired) {
 			t.Fatalf("got %v", err)
@@ -344,7 +369,7 @@ func TestFailureAndRetry(t *testing.T) {
 		rec := &recorder{}
 		l := r.locker(t, quorum.WithObserver(rec))
 		k := key(t)
-		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2, 3, 4)
+		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(200*time.Millisecond, cancel)
@@ -385,13 +410,16 @@ func TestUnlock(t *testing.T) {
 
 	t.Run("DeletesEverywhereAndIsSafeToRepeat", func(t *testing.T) {
 		rec := &recorder{}
-		l := r.locker(t, quorum.WithObserver(rec))
+		// Released must count all five nodes: the node timeout (and the
+		// context) let the nodes outside the majority grant too on a
+		// loaded machine, and the key outlasts the test.
+		l := r.locker(t, quorum.WithTTL(10*time.Minute), quorum.WithNodeTimeout(2*time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		lease, err := l.Lock(ctxT(t, 5*time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := lease.Unlock(ctxT(t, 5*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if got := r.count(t, k, ""); got != 5 {
@@ -411,19 +439,21 @@ func TestUnlock(t *testing.T) {
 
 	t.Run("ExpiredHolderCannotDeleteTheNewHolder", func(t *testing.T) {
 		rec := &recorder{}
-		old := r.locker(t, quorum.WithTTL(slow(200*time.Millisecond)), quorum.WithNodeTimeout(slow(50*time.Millisecond)), quorum.WithObserver(rec))
+		// The old holder's Unlock must hear all five nodes within its
+		// node timeout, so that node timeout is not a tight one.
+		old := r.locker(t, quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(300*time.Millisecond)), quorum.WithObserver(rec))
 		k := key(t)
-		oldLease, err := old.Lock(ctxT(t, 5*time.Second), k)
+		oldLease, err := old.Lock(ctxT(t, 30*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitClosed(t, oldLease.Lost(), 2*time.Second, "the old lease expires")
-		eventually(t, 2*time.Second, "the keys expire", func() bool { return r.count(t, k, "") == 5 })
-		newLease, err := r.locker(t).Lock(ctxT(t, 5*time.Second), k)
+		waitClosed(t, oldLease.Lost(), 5*time.Second, "the old lease expires")
+		eventually(t, 5*time.Second, "the keys expire", func() bool { return r.count(t, k, "") == 5 })
+		newLease, err := r.locker(t, quorum.WithTTL(5*time.Minute)).Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = oldLease.Unlock(ctxT(t, 5*time.Second))
+		err = oldLease.Unlock(ctxT(t, 30*time.Second))
 		if !errors.Is(err, quorum.ErrLeaseLost) {
 			t.Fatalf("old Unlock: got %v, want ErrLeaseLost", err)
 		}
@@ -460,9 +490,13 @@ func TestExtend(t *testing.T) {
 		if u.Before(before.Add(30*time.Second-302*time.Millisecond-after.Sub(before))) || u.After(after.Add(30*time.Second-302*time.Millisecond)) || !u.After(old) {
 			t.Fatalf("Until after Extend is %v from now, want about 30s - 302ms", time.Until(u))
 		}
+		// Each node's new TTL was set after before, so it is at least 30s
+		// minus the time since then (PTTL truncates to milliseconds). The
+		// old TTL was slow(1s).
 		eventually(t, 2*time.Second, "every node has the new TTL", func() bool {
 			for _, a := range r.admin {
-				if d, _ := a.PTTL(ctxT(t, time.Second), k).Result(); d < 29*time.Second {
+				d, err := a.PTTL(ctxT(t, 10*time.Second), k).Result()
+				if err != nil || d < 30*time.Second-time.Since(before)-time.Millisecond {
 					return false
 				}
 			}
@@ -477,37 +511,43 @@ func TestExtend(t *testing.T) {
 	})
 
 	t.Run("AfterExpiryIsLeaseLost", func(t *testing.T) {
-		l := r.locker(t, quorum.WithTTL(slow(200*time.Millisecond)), quorum.WithNodeTimeout(slow(50*time.Millisecond)))
+		l := r.locker(t, quorum.WithTTL(slow(400*time.Millisecond)), quorum.WithNodeTimeout(slow(150*time.Millisecond)))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		lease, err := l.Lock(ctxT(t, 30*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitClosed(t, lease.Lost(), 2*time.Second, "the lease expires")
-		err = lease.Extend(ctxT(t, 5*time.Second), slow(200*time.Millisecond))
+		waitClosed(t, lease.Lost(), 5*time.Second, "the lease expires")
+		err = lease.Extend(ctxT(t, 10*time.Second), slow(400*time.Millisecond))
 		if !errors.Is(err, quorum.ErrLeaseLost) {
 			t.Fatalf("got %v, want ErrLeaseLost", err)
 		}
 	})
 
 	t.Run("AfterTakeoverIsLeaseLost", func(t *testing.T) {
-		l := r.locker(t, quorum.WithTTL(slow(200*time.Millisecond)), quorum.WithNodeTimeout(slow(50*time.Millisecond)))
+		l := r.locker(t, quorum.WithTTL(slow(400*time.Millisecond)), quorum.WithNodeTimeout(slow(150*time.Millisecond)))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		lease, err := l.Lock(ctxT(t, 30*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 2*time.Second, "the keys expire", func() bool { return r.count(t, k, "") == 5 })
-		other, err := r.locker(t, quorum.WithTTL(10*time.Second)).Lock(ctxT(t, 5*time.Second), k)
+		eventually(t, 5*time.Second, "the keys expire", func() bool { return r.count(t, k, "") == 5 })
+		// The new holder's TTL is far above both the old lease's TTL and
+		// the time the checks below can take on a loaded machine.
+		other, err := r.locker(t, quorum.WithTTL(10*time.Minute)).Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = lease.Extend(ctxT(t, 5*time.Second), slow(200*time.Millisecond))
+		err = lease.Extend(ctxT(t, 10*time.Second), slow(400*time.Millisecond))
 		if !errors.Is(err, quorum.ErrLeaseLost) || errors.Is(err, quorum.ErrNotAcquired) {
 			t.Fatalf("got %v, want ErrLeaseLost", err)
 		}
 		for i, a := range r.admin {
-			if d, _ := a.PTTL(ctxT(t, time.Second), k).Result(); d < 5*time.Second {
+			d, err := a.PTTL(ctxT(t, 10*time.Second), k).Result()
+			if err != nil {
+				t.Fatalf("node %d: PTTL: %v", i, err)
+			}
+			if d < 5*time.Minute {
 				t.Fatalf("node %d: the new holder's TTL was changed to %v", i, d)
 			}
 		}
@@ -521,14 +561,16 @@ func TestExtend(t *testing.T) {
 
 	t.Run("MajorityUnreachableLosesTheLease", func(t *testing.T) {
 		rec := &recorder{}
-		l := r.locker(t, quorum.WithObserver(rec))
+		// The lease stays valid until the Extend below fails, however
+		// long the partition takes to set up.
+		l := r.locker(t, quorum.WithTTL(5*time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		heal := r.partition(t, 1, 2, 3)
-		err = lease.Extend(ctxT(t, 5*time.Second), 10*time.Second)
+		err = lease.Extend(ctxT(t, time.Minute), 10*time.Second)
 		var qe *quorum.QuorumError
 		if !errors.Is(err, quorum.ErrLeaseLost) || !errors.As(err, &qe) {
 			t.Fatalf("got %v, want a *QuorumError matching ErrLeaseLost", err)
@@ -551,24 +593,28 @@ func TestExtend(t *testing.T) {
 	})
 
 	t.Run("MinorityUnreachableStillExtends", func(t *testing.T) {
-		l := r.locker(t)
+		// The lease (and, after the Extend, the keys) outlive setting up
+		// and healing the partition on a loaded machine.
+		l := r.locker(t, quorum.WithTTL(5*time.Minute))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		heal := r.partition(t, 0, 4)
-		if err := lease.Extend(ctxT(t, 5*time.Second), 10*time.Second); err != nil {
+		if err := lease.Extend(ctxT(t, time.Minute), 5*time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		heal()
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("BadTTLChangesNothing", func(t *testing.T) {
-		l := r.locker(t, quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(100*time.Millisecond)), quorum.WithAmnesiaWindow(slow(5*time.Second)))
+		// The node timeout is the default one: the Unlock below must hear
+		// all five nodes within it.
+		l := r.locker(t, quorum.WithTTL(slow(5*time.Second)), quorum.WithAmnesiaWindow(slow(5*time.Second)))
 		k := key(t)
 		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
 		if err != nil {
@@ -586,7 +632,7 @@ func TestExtend(t *testing.T) {
 		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if err := lease.Extend(ctxT(t, 5*time.Second), time.Second); !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, quorum.ErrReleased) {
+		if err := lease.Extend(ctxT(t, 5*time.Second), slow(5*time.Second)); !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, quorum.ErrReleased) {
 			t.Fatalf("Extend after Unlock: %v", err)
 		}
 	})
@@ -599,11 +645,11 @@ func TestLostAndDo(t *testing.T) {
 	t.Run("LostClosesWhenValidityRunsOut", func(t *testing.T) {
 		rec := &recorder{}
 		l := r.locker(t, quorum.WithTTL(slow(300*time.Millisecond)), quorum.WithNodeTimeout(slow(100*time.Millisecond)), quorum.WithObserver(rec))
-		lease, err := l.Lock(ctxT(t, 5*time.Second), key(t))
+		lease, err := l.Lock(ctxT(t, 30*time.Second), key(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lease.Err() != nil {
+		if lease.Err() != nil && time.Now().Before(lease.Until()) {
 			t.Fatalf("Err() = %v while held", lease.Err())
 		}
 		waitClosed(t, lease.Lost(), 3*time.Second, "Lost is closed at Until")
@@ -638,6 +684,14 @@ func TestLostAndDo(t *testing.T) {
 					return lease.Err()
 				}
 			}
+			// A refused TryLock leaves a goroutine that waits for the
+			// answers still to come. Let the rival's end (they are not
+			// Do's), so that the check after Do sees Do's goroutines alone.
+			eventually(t, 5*time.Second, "the rival's attempts end", func() bool {
+				return !slices.ContainsFunc(quorumGoroutines(), func(g string) bool {
+					return strings.Contains(g, "quorum.(*Locker).drain")
+				})
+			})
 			return nil
 		})
 		if err != nil {
@@ -670,7 +724,7 @@ func TestLostAndDo(t *testing.T) {
 	t.Run("DoDoesNotRunFnWithoutTheLock", func(t *testing.T) {
 		l := r.locker(t, quorum.WithMaxWait(200*time.Millisecond))
 		k := key(t)
-		r.setOn(t, k, "other-owner", time.Minute, 0, 1, 2, 3, 4)
+		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
 		ran := false
 		err := l.Do(ctxT(t, 5*time.Second), k, func(context.Context, *quorum.Lease) error { ran = true; return nil })
 		if ran || !errors.Is(err, quorum.ErrNotAcquired) {

@@ -29,15 +29,8 @@ func newRig(t testing.TB) *rig {
 	t.Helper()
 	bed := testbed.Start(t, testbed.Options{Redis: 5})
 	r := &rig{bed: bed, nodes: bed.Redis}
-	for _, n := range bed.Redis {
-		// The bed's client options, with socket timeouts long enough that
-		// the Locker's node timeout (a context deadline) is what cuts a
-		// request short, even on a loaded machine under the race detector.
-		o := testbed.ClientOptions(n.Addr())
-		o.ReadTimeout, o.WriteTimeout = slow(10*time.Second), slow(10*time.Second)
-		c := redis.NewClient(o)
-		t.Cleanup(func() { _ = c.Close() })
-		r.clients = append(r.clients, c)
+	for i := range bed.Redis {
+		r.clients = append(r.clients, r.newClient(t, i))
 	}
 	r.admin = make([]*redis.Client, len(bed.Redis))
 	for i := range bed.Redis {
@@ -47,13 +40,84 @@ func newRig(t testing.TB) *rig {
 	return r
 }
 
+// newClient returns a new client of node i through its proxy, closed at
+// cleanup: the bed's client options, with socket timeouts long enough that
+// the Locker's node timeout (a context deadline) is what cuts a request
+// short, even on a loaded machine under the race detector.
+func (r *rig) newClient(t testing.TB, i int) *redis.Client {
+	o := testbed.ClientOptions(r.nodes[i].Addr())
+	o.DialTimeout = slow(10 * time.Second)
+	o.ReadTimeout, o.WriteTimeout = slow(10*time.Second), slow(10*time.Second)
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// hookedClients returns new clients of every node (see newClient), each
+// with hook h.
+func (r *rig) hookedClients(t testing.TB, h redis.Hook) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(r.nodes))
+	for i := range r.nodes {
+		c := r.newClient(t, i)
+		c.AddHook(h)
+		out[i] = c
+	}
+	return out
+}
+
+// heldAnswers is a client hook that counts the script answers 0 (an
+// acquire refused because the key is held) and closes reached once it has
+// seen n of them: from then on, some attempt has been refused by a majority.
+type heldAnswers struct {
+	n       int
+	mu      sync.Mutex
+	seen    int
+	reached chan struct{}
+}
+
+func newHeldAnswers(n int) *heldAnswers { return &heldAnswers{n: n, reached: make(chan struct{})} }
+
+func (h *heldAnswers) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heldAnswers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *heldAnswers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		c, ok := cmd.(*redis.Cmd)
+		if !ok || err != nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+			return err
+		}
+		if v, verr := c.Int64(); verr == nil && v == 0 {
+			h.mu.Lock()
+			h.seen++
+			if h.seen == h.n {
+				close(h.reached)
+			}
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
 // reconnectAdmin (re)opens the direct client of node i: a restarted node may
 // listen on another direct address (the proxied Addr stays the same).
 func (r *rig) reconnectAdmin(t testing.TB, i int) {
 	if old := r.admin[i]; old != nil {
 		_ = old.Close()
 	}
-	a := r.nodes[i].Admin()
+	// The bed's admin client, with timeouts that hold on a loaded machine:
+	// a slow answer to an inspection must not fail the test.
+	a := redis.NewClient(&redis.Options{
+		Addr:            r.nodes[i].DirectAddr(),
+		DialTimeout:     slow(10 * time.Second),
+		ReadTimeout:     slow(10 * time.Second),
+		WriteTimeout:    slow(10 * time.Second),
+		MaxRetries:      -1,
+		DisableIdentity: true,
+	})
 	t.Cleanup(func() { _ = a.Close() })
 	r.admin[i] = a
 }
@@ -84,6 +148,21 @@ func (r *rig) locker(t testing.TB, opts ...quorum.Option) *quorum.Locker {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// hold locks k for the rest of the test and returns once the token is on
+// every node. Lock returns at a majority; the TTL, the node timeout and the
+// context are long enough that the remaining nodes' SETs are not cut off,
+// and the key does not expire, on a loaded machine.
+func (r *rig) hold(t testing.TB, k string) *quorum.Lease {
+	t.Helper()
+	l := r.locker(t, quorum.WithTTL(10*time.Minute), quorum.WithNodeTimeout(2*time.Minute))
+	lease, err := l.Lock(ctxT(t, 5*time.Minute), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the holder's token is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+	return lease
 }
 
 // values returns the key's value on every node ("" when absent), read

@@ -20,7 +20,7 @@ func TestScripts(t *testing.T) {
 	acquire := redis.NewScript(quorum.AcquireSource)
 	release := redis.NewScript(quorum.ReleaseSource)
 	extend := redis.NewScript(quorum.ExtendSource)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), slow(time.Minute))
 	defer cancel()
 
 	run := func(t *testing.T, s *redis.Script, keys []string, args ...any) int64 {
@@ -52,20 +52,25 @@ func TestScripts(t *testing.T) {
 	}
 
 	t.Run("AcquireSetsWithNXAndPX", func(t *testing.T) {
+		// The key must outlive the whole subtest, whatever the load.
+		const px = 5 * time.Minute
 		k := "s:acq:plain"
-		if v := run(t, acquire, []string{k}, "tok-a", 5000); v != 1 {
+		before := time.Now()
+		if v := run(t, acquire, []string{k}, "tok-a", px.Milliseconds()); v != 1 {
 			t.Fatalf("free key: got %d, want 1", v)
 		}
 		if got := get(t, k); got != "tok-a" {
 			t.Fatalf("value %q, want the plain token", got)
 		}
-		if d := pttl(t, k); d <= 4*time.Second || d > 5*time.Second {
-			t.Fatalf("PTTL %v, want about 5s", d)
+		// Set after before, so at least px minus the time since then
+		// remains (PTTL truncates to milliseconds).
+		if d := pttl(t, k); d < px-time.Since(before)-time.Millisecond || d > px {
+			t.Fatalf("PTTL %v, want about %v", d, px)
 		}
-		if v := run(t, acquire, []string{k}, "tok-b", 5000); v != 0 {
+		if v := run(t, acquire, []string{k}, "tok-b", px.Milliseconds()); v != 0 {
 			t.Fatalf("held key: got %d, want 0", v)
 		}
-		if v := run(t, acquire, []string{k}, "tok-a", 5000); v != 0 {
+		if v := run(t, acquire, []string{k}, "tok-a", px.Milliseconds()); v != 0 {
 			t.Fatalf("held by the same token: got %d, want 0 (each attempt draws a new token)", v)
 		}
 		if got := get(t, k); got != "tok-a" {
@@ -75,7 +80,7 @@ func TestScripts(t *testing.T) {
 
 	t.Run("AcquireTreatsForeignValuesAsHeld", func(t *testing.T) {
 		k := "s:acq:foreign"
-		if err := rdb.Set(ctx, k, "another-client-value", time.Minute).Err(); err != nil {
+		if err := rdb.Set(ctx, k, "another-client-value", 10*time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if v := run(t, acquire, []string{k}, "tok", 5000); v != 0 {
@@ -194,7 +199,7 @@ func TestScripts(t *testing.T) {
 	t.Run("ReleaseComparesAndDeletes", func(t *testing.T) {
 		k := "s:rel"
 		// The seed's case: token-old expired, token-new holds the key.
-		if err := rdb.Set(ctx, k, "token-new", time.Minute).Err(); err != nil {
+		if err := rdb.Set(ctx, k, "token-new", 10*time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if v := run(t, release, []string{k}, "token-old"); v != 0 {
@@ -215,23 +220,28 @@ func TestScripts(t *testing.T) {
 	})
 
 	t.Run("ExtendComparesAndPexpires", func(t *testing.T) {
+		// The key outlives the subtest whatever the load; the extension
+		// is to a TTL far above the first one, and the checks tell them
+		// apart by a wide margin.
+		const ttl, ext = time.Minute, 10 * time.Minute
 		k := "s:ext"
-		if err := rdb.Set(ctx, k, "tok", time.Second).Err(); err != nil {
+		if err := rdb.Set(ctx, k, "tok", ttl).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if v := run(t, extend, []string{k}, "other", 60000); v != 0 {
+		if v := run(t, extend, []string{k}, "other", ext.Milliseconds()); v != 0 {
 			t.Fatalf("foreign token: got %d, want 0", v)
 		}
-		if d := pttl(t, k); d > time.Second {
+		if d := pttl(t, k); d > ttl {
 			t.Fatalf("a foreign extend changed the TTL to %v", d)
 		}
-		if v := run(t, extend, []string{k}, "tok", 60000); v != 1 {
+		before := time.Now()
+		if v := run(t, extend, []string{k}, "tok", ext.Milliseconds()); v != 1 {
 			t.Fatalf("own token: got %d, want 1", v)
 		}
-		if d := pttl(t, k); d <= 59*time.Second {
-			t.Fatalf("PTTL %v after extend, want about 60s", d)
+		if d := pttl(t, k); d < ext-time.Since(before)-time.Millisecond || d > ext {
+			t.Fatalf("PTTL %v after extend, want about %v", d, ext)
 		}
-		if v := run(t, extend, []string{"s:ext:absent"}, "tok", 60000); v != 0 {
+		if v := run(t, extend, []string{"s:ext:absent"}, "tok", ext.Milliseconds()); v != 0 {
 			t.Fatalf("absent key: got %d, want 0", v)
 		}
 		if got := get(t, "s:ext:absent"); got != "<absent>" {

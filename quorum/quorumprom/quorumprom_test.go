@@ -145,7 +145,10 @@ func TestWithLocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := quorum.New(nodes, quorum.WithObserver(obs), quorum.WithNodeTimeout(500*time.Millisecond))
+	// Node timeout and TTL leave room for a loaded machine under the race
+	// detector: every node must answer within the node timeout for the
+	// counts below to hold.
+	l, err := quorum.New(nodes, quorum.WithObserver(obs), quorum.WithTTL(time.Minute), quorum.WithNodeTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
