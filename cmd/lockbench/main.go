@@ -3,9 +3,10 @@
 //
 // Contenders, each doing lock+unlock pairs on its own keys:
 //
-//	quorumlock   quorum.Locker over every node (Redlock, majority of N)
-//	redsync      redsync over the same nodes (the reference Redlock client)
-//	single-node  SET NX PX + compare-and-delete on the first node only
+//	quorumlock          quorum.Locker over every node (Redlock, majority of N)
+//	quorumlock-noguard  the same with the amnesia guard off, to show its cost
+//	redsync             redsync over the same nodes (the reference Redlock client)
+//	single-node         SET NX PX + compare-and-delete on the first node only
 //
 // Rounds interleave the contenders (A B C, then B C A, ...) so a machine
 // whose speed drifts during the run shifts every contender alike. With no
@@ -110,6 +111,19 @@ func contenders(clients []redis.UniversalClient, cfg config) ([]contender, error
 	if err != nil {
 		return nil, err
 	}
+	noGuard, err := quorum.New(clients, append(opts, quorum.WithAmnesiaGuard(false))...)
+	if err != nil {
+		return nil, err
+	}
+	pair := func(l *quorum.Locker) func(ctx context.Context, key string) error {
+		return func(ctx context.Context, key string) error {
+			lease, err := l.TryLock(ctx, key)
+			if err != nil {
+				return err
+			}
+			return lease.Unlock(ctx)
+		}
+	}
 	pools := make([]rsredis.Pool, len(clients))
 	for i, c := range clients {
 		pools[i] = goredis.NewPool(c)
@@ -117,13 +131,8 @@ func contenders(clients []redis.UniversalClient, cfg config) ([]contender, error
 	rs := redsync.New(pools...)
 	single := newSingleNode(clients[0], ttl)
 	return []contender{
-		{"quorumlock", func(ctx context.Context, key string) error {
-			lease, err := l.TryLock(ctx, key)
-			if err != nil {
-				return err
-			}
-			return lease.Unlock(ctx)
-		}},
+		{"quorumlock", pair(l)},
+		{"quorumlock-noguard", pair(noGuard)},
 		{"redsync", func(ctx context.Context, key string) error {
 			m := rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
 			if err := m.LockContext(ctx); err != nil {
