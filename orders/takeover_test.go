@@ -65,15 +65,7 @@ func TestInProgressThenTakeoverWithoutSideEffect(t *testing.T) {
 func TestTakeoverRepairsFromPostgres(t *testing.T) {
 	r := newRig(t, 5)
 	in := r.instance(t)
-	o, _ := request.ParseBytes([]byte(buy42))
-	placed, err := r.st.PlaceOrder(context.Background(), store.PlaceOrder{
-		UserID: "u1001", IdempotencyKey: "req-late", Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plantClaim(t, r, "u1001", "req-late", buy42, 100*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	placed := crashAfterCommit(t, r, "u1001", "req-late")
 	a := post(t, in, "u1001", "req-late", buy42)
 	if a.Status != placed.ResponseStatus || a.Body != string(placed.ResponseBody) || a.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("takeover replay: %d %s, saved %d %s", a.Status, a.Body, placed.ResponseStatus, placed.ResponseBody)
@@ -97,15 +89,7 @@ func TestTakeoverRepairsFromPostgres(t *testing.T) {
 func TestPollAfterCrashAfterCommit(t *testing.T) {
 	r := newRig(t, 5)
 	in := r.instance(t)
-	o, _ := request.ParseBytes([]byte(buy42))
-	placed, err := r.st.PlaceOrder(context.Background(), store.PlaceOrder{
-		UserID: "u1001", IdempotencyKey: "req-poll", Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plantClaim(t, r, "u1001", "req-poll", buy42, 100*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	placed := crashAfterCommit(t, r, "u1001", "req-poll")
 	a := do(t, http.MethodGet, in.srv.URL+"/orders/requests?key=req-poll", tokenFor(t, "u1001"), "", nil)
 	if a.Status != placed.ResponseStatus || a.Body != string(placed.ResponseBody) {
 		t.Fatalf("poll: %d %s", a.Status, a.Body)
@@ -121,4 +105,21 @@ func TestPollAfterCrashAfterCommit(t *testing.T) {
 			t.Fatalf("poll %q: %d %s", key, a.Status, a.Body)
 		}
 	}
+}
+
+// crashAfterCommit leaves what an attempt that committed its order and died
+// before marking the claim SUCCESS leaves: the order in Postgres and an
+// IN_PROGRESS claim whose processing lease has run out.
+func crashAfterCommit(t *testing.T, r *rig, user, key string) store.Outcome {
+	t.Helper()
+	o, _ := request.ParseBytes([]byte(buy42))
+	placed, err := r.st.PlaceOrder(context.Background(), store.PlaceOrder{
+		UserID: user, IdempotencyKey: key, Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plantClaim(t, r, user, key, buy42, 100*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	return placed
 }
