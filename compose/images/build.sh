@@ -430,7 +430,7 @@ import "$POSTGRES_IMAGE" \
 	"CMD [\"$PG_BIN/postgres\", \"-D\", \"$PG_DATA\"]"
 new_ids=" $(docker image inspect --format '{{.Id}}' "$REDIS_IMAGE" "$POSTGRES_IMAGE" | tr '\n' ' ')"
 for id in "${old_ids[@]}"; do
-	[[ $new_ids == *" $id "* ]] && continue
+	[[ -z $id || $new_ids == *" $id "* ]] && continue
 	if docker image rm "$id" >/dev/null 2>&1; then
 		log "removed the replaced image ${id#sha256:}"
 	else
