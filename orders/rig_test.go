@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,6 +189,28 @@ func do(t testing.TB, method, url, token, key string, body []byte) answer {
 
 func post(t testing.TB, in *instance, user, key, body string) answer {
 	return do(t, http.MethodPost, in.srv.URL+"/orders", tokenFor(t, user), key, []byte(body))
+}
+
+// postRetryingBusy posts like post and, while the answer is 503 busy,
+// waits the answer's Retry-After and sends the same request again, at most
+// tries times in all. It returns the last answer and how many busy answers
+// came before it.
+func postRetryingBusy(t testing.TB, in *instance, user, key, body string, tries int) (answer, int) {
+	t.Helper()
+	busy := 0
+	for {
+		a := post(t, in, user, key, body)
+		if a.Status != http.StatusServiceUnavailable || !strings.Contains(a.Body, "busy") || busy+1 >= tries {
+			return a, busy
+		}
+		busy++
+		wait, err := strconv.Atoi(a.Header.Get("Retry-After"))
+		if err != nil || wait < 0 {
+			t.Errorf("503 busy without a usable Retry-After: %q", a.Header.Get("Retry-After"))
+			return a, busy
+		}
+		time.Sleep(time.Duration(wait) * time.Second)
+	}
 }
 
 const buy42 = `{"productId": "42", "quantity": 1, "addressVersion": "v1", "couponId": null}`
