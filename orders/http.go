@@ -223,14 +223,10 @@ func (s *Service) handleRequest(ctx context.Context, user string, r *http.Reques
 		return replay(out.ResponseStatus, resp.ContentType, out.ResponseBody)
 	case !errors.Is(err, store.ErrNotFound):
 		return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
-	case haveRec && rec.State == idem.StateInProgress && leaseLeft(rec) > 0:
-		return s.inProgress(key, leaseLeft(rec))
+	case haveRec && rec.State == idem.StateInProgress && rec.LeaseLeft > 0:
+		// LeaseLeft is measured on the node's clock, so a skew between
+		// this host and the node does not turn a live attempt into a 404.
+		return s.inProgress(key, rec.LeaseLeft)
 	}
 	return problemReply(problem.NotFound("no completed request with this Idempotency-Key; retry the POST with it"))
 }
-
-// leaseLeft is how long an IN_PROGRESS record's processing lease still
-// runs. The lease end is stamped on the node's clock and read on ours, so a
-// skew between them shifts the answer; it only decides between 202 and 404
-// for a request that left no outcome, and a POST retry settles it either way.
-func leaseLeft(rec idem.Record) time.Duration { return time.Until(rec.LeaseUntil) }

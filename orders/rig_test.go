@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -191,24 +190,25 @@ func post(t testing.TB, in *instance, user, key, body string) answer {
 	return do(t, http.MethodPost, in.srv.URL+"/orders", tokenFor(t, user), key, []byte(body))
 }
 
-// postRetryingBusy posts like post and, while the answer is 503 busy,
-// waits the answer's Retry-After and sends the same request again, at most
-// tries times in all. It returns the last answer and how many busy answers
-// came before it.
-func postRetryingBusy(t testing.TB, in *instance, user, key, body string, tries int) (answer, int) {
+// postRetrying posts like post and, while the answer is a 503, does what a
+// 503 asks of a client: it waits the answer's Retry-After and sends the same
+// request, with the same Idempotency-Key, again; at most tries times in all.
+// It returns the last answer and how many 503s came before it.
+func postRetrying(t testing.TB, in *instance, user, key, body string, tries int) (answer, int) {
 	t.Helper()
-	busy := 0
+	retried := 0
 	for {
 		a := post(t, in, user, key, body)
-		if a.Status != http.StatusServiceUnavailable || !strings.Contains(a.Body, "busy") || busy+1 >= tries {
-			return a, busy
+		if a.Status != http.StatusServiceUnavailable || retried+1 >= tries {
+			return a, retried
 		}
-		busy++
 		wait, err := strconv.Atoi(a.Header.Get("Retry-After"))
-		if err != nil || wait < 0 {
-			t.Errorf("503 busy without a usable Retry-After: %q", a.Header.Get("Retry-After"))
-			return a, busy
+		if err != nil || wait < 1 {
+			t.Errorf("503 without a usable Retry-After (%q): %s", a.Header.Get("Retry-After"), a.Body)
+			return a, retried
 		}
+		retried++
+		t.Logf("%s/%s: 503, retrying after %ds: %s", user, key, wait, a.Body)
 		time.Sleep(time.Duration(wait) * time.Second)
 	}
 }

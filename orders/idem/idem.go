@@ -202,7 +202,12 @@ type Record struct {
 	// SUCCESS records).
 	StartedAt  time.Time
 	LeaseUntil time.Time
-	Attempts   int64
+	// LeaseLeft is what was left of an IN_PROGRESS record's lease when it
+	// was read, measured on the node's own clock, so it does not depend on
+	// how far the caller's clock is from the node's. Zero when the lease
+	// has run out, and for SUCCESS records.
+	LeaseLeft time.Duration
+	Attempts  int64
 	// Response is the saved response (SUCCESS only).
 	Response *Response
 	// TTL is the time left before the record expires, or a negative value
@@ -506,10 +511,12 @@ func (s *Store) Get(ctx context.Context, k Key) (Record, error) {
 	var (
 		all  *redis.MapStringStringCmd
 		pttl *redis.DurationCmd
+		now  *redis.TimeCmd
 	)
 	_, err := s.nodes[i].TxPipelined(ctx, func(p redis.Pipeliner) error {
 		all = p.HGetAll(ctx, k.redis)
 		pttl = p.PTTL(ctx, k.redis)
+		now = p.Time(ctx)
 		return nil
 	})
 	if err != nil {
@@ -524,6 +531,9 @@ func (s *Store) Get(ctx context.Context, k Key) (Record, error) {
 		return Record{}, fmt.Errorf("idem: get on node %d: %w: %w", i, ErrCorrupt, err)
 	}
 	rec.TTL = pttl.Val()
+	if rec.State == StateInProgress {
+		rec.LeaseLeft = max(rec.LeaseUntil.Sub(now.Val()), 0)
+	}
 	rec.Node = i
 	return rec, nil
 }

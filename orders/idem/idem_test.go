@@ -370,6 +370,34 @@ func TestClaimLeaseRunsOut(t *testing.T) {
 	}
 }
 
+// TestGetLeaseLeft: Get measures what is left of a claim's lease on the
+// node's clock; it falls to zero when the lease runs out, while the record
+// stays IN_PROGRESS until another attempt takes it over.
+func TestGetLeaseLeft(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	f := newFixture(t, idem.WithLease(lease), idem.WithTTL(time.Minute))
+	ctx := context.Background()
+	k := key(t, "k")
+	mustClaim(t, f.store, k, "fp1", "A", idem.Created)
+	rec, err := f.store.Get(ctx, k)
+	if err != nil || rec.State != idem.StateInProgress || rec.LeaseLeft <= 0 || rec.LeaseLeft > lease {
+		t.Fatalf("Get right after the claim = %+v, %v", rec, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.LeaseLeft > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease never ran out: %+v", rec)
+		}
+		time.Sleep(rec.LeaseLeft + time.Millisecond)
+		if rec, err = f.store.Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec.State != idem.StateInProgress || rec.Owner != "A" {
+		t.Fatalf("after the lease ran out: %+v", rec)
+	}
+}
+
 func TestComplete(t *testing.T) {
 	f := newFixture(t, idem.WithTTL(time.Hour))
 	ctx := context.Background()
@@ -700,14 +728,15 @@ func TestGet(t *testing.T) {
 	}
 	if rec.State != idem.StateInProgress || rec.Fingerprint != "fp1" || rec.Owner != "A" || rec.Attempts != 1 ||
 		!rec.StartedAt.Equal(r.StartedAt) || !rec.LeaseUntil.Equal(r.StartedAt.Add(lease)) || rec.Response != nil ||
-		rec.TTL <= ttl-time.Minute || rec.TTL > ttl || rec.Node != f.store.NodeIndex(k) {
+		rec.TTL <= ttl-time.Minute || rec.TTL > ttl || rec.Node != f.store.NodeIndex(k) ||
+		rec.LeaseLeft <= lease-2*time.Second || rec.LeaseLeft > lease {
 		t.Fatalf("record %+v", rec)
 	}
 	if err := f.store.Complete(ctx, k, "A", created201()); err != nil {
 		t.Fatal(err)
 	}
 	rec, err = f.store.Get(ctx, k)
-	if err != nil || rec.State != idem.StateSuccess || rec.Response == nil || rec.Response.Status != 201 || !rec.LeaseUntil.IsZero() {
+	if err != nil || rec.State != idem.StateSuccess || rec.Response == nil || rec.Response.Status != 201 || !rec.LeaseUntil.IsZero() || rec.LeaseLeft != 0 {
 		t.Fatalf("Get after Complete = %+v, %v", rec, err)
 	}
 
