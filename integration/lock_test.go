@@ -151,6 +151,7 @@ func TestLockUnderFaults(t *testing.T) {
 					count("stale fence rejected")
 				default:
 					count("write failed")
+					t.Logf("%s#%d: write failed: %v", name, i, werr)
 				}
 			}
 		}()
@@ -165,7 +166,8 @@ func TestLockUnderFaults(t *testing.T) {
 	t.Logf("faults: %d steps; outcomes: %v", len(steps), counts)
 
 	excl := checker.Exclusion(holds.All())
-	fenc := checker.Fencing(res.accepted(t, ctx))
+	accepted := res.accepted(t, ctx)
+	fenc := checker.Fencing(accepted)
 	t.Logf("exclusion: %v", excl)
 	t.Logf("fencing: %v", fenc)
 	if !excl.OK() || !fenc.OK() {
@@ -178,8 +180,15 @@ func TestLockUnderFaults(t *testing.T) {
 	if err := res.pool.QueryRow(ctx, "SELECT value FROM guarded WHERE id = 'counter'").Scan(&value); err != nil {
 		t.Fatal(err)
 	}
-	if value != int64(counts["written"]) {
-		t.Fatalf("counter is %d after %d accepted writes", value, counts["written"])
+	// The increment and its log row commit together, so they must agree.
+	// A write the worker saw fail may still have committed (its context
+	// was cancelled mid-commit when the run stopped): that is the only
+	// slack between what the workers counted and what the table holds.
+	if value != int64(len(accepted)) {
+		t.Fatalf("counter is %d but %d writes were logged", value, len(accepted))
+	}
+	if lo, hi := int64(counts["written"]), int64(counts["written"]+counts["write failed"]); value < lo || value > hi {
+		t.Fatalf("counter is %d; the workers saw %d writes succeed and %d fail", value, lo, hi-lo)
 	}
 }
 
