@@ -2,8 +2,10 @@ package orders_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,13 +35,10 @@ func TestSeedScenario(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// Requests still in progress (202) poll until they have the answer.
+	// Requests still in progress (202) send the same request again until
+	// they have the answer.
 	for i, a := range answers {
-		for tries := 0; a.Status == http.StatusAccepted && tries < 100; tries++ {
-			time.Sleep(50 * time.Millisecond)
-			a = post(t, ins[i], "u1001", "req-001", buy42)
-		}
-		answers[i] = a
+		answers[i] = untilFinal(a, func() answer { return post(t, ins[i], "u1001", "req-001", buy42) })
 	}
 	var resps []checker.Response
 	for i, a := range answers {
@@ -69,6 +68,32 @@ func TestSeedScenario(t *testing.T) {
 	if replayed != 2 {
 		t.Fatalf("%d answers marked replayed, want 2", replayed)
 	}
+}
+
+// finalWithin bounds how long a client waits for a request in progress to
+// end: well above the rig's processing lease, after which a retry takes the
+// request over.
+const finalWithin = 30 * time.Second
+
+// untilFinal does what a 202 asks of a client: while the answer is 202, it
+// waits the answer's Retry-After (a short poll interval without one) and
+// asks again with next, for at most finalWithin in all. It returns the last
+// answer.
+func untilFinal(a answer, next func() answer) answer {
+	deadline := time.Now().Add(finalWithin)
+	for a.Status == http.StatusAccepted {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return a
+		}
+		wait := 100 * time.Millisecond
+		if s, err := strconv.Atoi(a.Header.Get("Retry-After")); err == nil && s > 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		time.Sleep(min(wait, left))
+		a = next()
+	}
+	return a
 }
 
 // rows reads the orders table for the checker.
@@ -125,14 +150,8 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 			continue
 		}
 		loc := a.Header.Get("Location")
-		var final answer
-		for tries := 0; tries < 100; tries++ {
-			final = do(t, http.MethodGet, ins[i%3].srv.URL+loc, tokenFor(t, "u1001"), "", nil)
-			if final.Status != http.StatusAccepted {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		poll := func() answer { return do(t, http.MethodGet, ins[i%3].srv.URL+loc, tokenFor(t, "u1001"), "", nil) }
+		final := untilFinal(poll(), poll)
 		if final.Status != http.StatusCreated {
 			t.Fatalf("poll %s: %d %s", loc, final.Status, final.Body)
 		}
@@ -254,8 +273,9 @@ func TestOutOfStockIsSavedAndReplayed(t *testing.T) {
 }
 
 // TestQuorumLoss partitions three of five masters. With the db fallback,
-// Postgres arbitrates alone and the last unit is sold once; with reject,
-// the service answers 503 with Retry-After and writes nothing.
+// Postgres arbitrates alone and the last unit is sold once (clients retry a
+// 503 as it asks, and the final answers are judged); with reject, the
+// service answers every request 503 with Retry-After and writes nothing.
 func TestQuorumLoss(t *testing.T) {
 	for _, mode := range []orders.Fallback{orders.FallbackDB, orders.FallbackReject} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -268,12 +288,22 @@ func TestQuorumLoss(t *testing.T) {
 				}
 			}
 			answers := make([]answer, 6)
+			retries := make([]int, 6)
 			var wg sync.WaitGroup
 			for i := range answers {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					answers[i] = post(t, ins[i%2], fmt.Sprintf("user%d", i), "k", buy42)
+					user := fmt.Sprintf("user%d", i)
+					if mode == orders.FallbackReject {
+						// Every answer is judged as it comes: no retry.
+						answers[i] = post(t, ins[i%2], user, "k", buy42)
+						return
+					}
+					// Postgres arbitrating alone may answer 503 (the fence
+					// went stale more often than the service retries, or
+					// the request ran out of time); the client retries.
+					answers[i], retries[i] = postRetrying(t, ins[i%2], user, "k", buy42, 10)
 				}()
 			}
 			wg.Wait()
@@ -284,7 +314,11 @@ func TestQuorumLoss(t *testing.T) {
 			for _, a := range answers {
 				codes[a.Status]++
 			}
-			t.Logf("%s: answers %v", mode, codes)
+			retried := 0
+			for _, n := range retries {
+				retried += n
+			}
+			t.Logf("%s: answers %v, 503 answers retried: %d", mode, codes, retried)
 			switch mode {
 			case orders.FallbackDB:
 				if codes[http.StatusCreated] != 1 || codes[http.StatusConflict] != 5 {
@@ -378,7 +412,9 @@ func TestBusyLockIsNotAnOutage(t *testing.T) {
 			for _, c := range r.bed.RedisClients(t) {
 				clients = append(clients, c)
 			}
-			other, err := quorum.New(clients, quorum.WithTTL(30*time.Second))
+			// The holder's nodes get a long timeout: a node that answers
+			// late under load must not leave the lock off it.
+			other, err := quorum.New(clients, quorum.WithTTL(30*time.Second), quorum.WithNodeTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -386,6 +422,9 @@ func TestBusyLockIsNotAnOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Lock returns once a majority granted it; wait until every
+			// node holds the token, so the service finds it held on all.
+			r.awaitHeldEverywhere(t, held.Key(), held.Token())
 			a := post(t, in, "u1", "k", buy42)
 			if a.Status != http.StatusServiceUnavailable || !strings.Contains(a.Body, "busy") || a.Header.Get("Retry-After") == "" {
 				t.Fatalf("with the lock held elsewhere: %d %s", a.Status, a.Body)
@@ -393,12 +432,49 @@ func TestBusyLockIsNotAnOutage(t *testing.T) {
 			if n := r.orderCount(t, "true"); n != 0 {
 				t.Fatalf("%d orders went around the held lock", n)
 			}
-			if err := held.Unlock(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			unlock(t, held)
 			if a := post(t, in, "u1", "k", buy42); a.Status != http.StatusCreated {
 				t.Fatalf("after release: %d %s", a.Status, a.Body)
 			}
 		})
+	}
+}
+
+// awaitHeldEverywhere waits, bounded, until every node of the bed holds
+// token under key.
+func (r *rig) awaitHeldEverywhere(t *testing.T, key, token string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for i, n := range r.bed.Redis {
+		c := n.Admin()
+		for {
+			v, err := c.Get(ctx, key).Result()
+			if err == nil && v == token {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = c.Close()
+				t.Fatalf("node %d: %s = %q (%v), want the holder's token %q", i, key, v, err, token)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+}
+
+// unlock releases l, calling Unlock again (which retries the nodes that did
+// not confirm) while the release is unconfirmed, a bounded number of times.
+func unlock(t *testing.T, l *quorum.Lease) {
+	t.Helper()
+	var err error
+	for range 5 {
+		if err = l.Unlock(context.Background()); !errors.Is(err, quorum.ErrUnlockUnconfirmed) {
+			break
+		}
+		t.Logf("unlock: %v; again", err)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

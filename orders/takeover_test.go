@@ -3,6 +3,7 @@ package orders_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 )
 
 // plantClaim leaves an IN_PROGRESS record as an attempt that crashed would:
-// claimed with a short processing lease and never completed.
+// claimed with the given processing lease and never completed.
 func plantClaim(t *testing.T, r *rig, user, key, body string, lease time.Duration) {
 	t.Helper()
 	var clients []redis.UniversalClient
@@ -37,6 +38,27 @@ func plantClaim(t *testing.T, r *rig, user, key, body string, lease time.Duratio
 	}
 }
 
+// expireClaim moves the processing lease of (user, key) into the past on
+// the clock of the node that holds its record, as if the lease had run out.
+func expireClaim(t *testing.T, r *rig, claims *idem.Store, user, key string) {
+	t.Helper()
+	k, err := idem.NewKey(user, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.bed.Redis[claims.NodeIndex(k)].Admin()
+	defer c.Close()
+	ctx := context.Background()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := strconv.FormatInt(now.UnixMilli()-1, 10)
+	if err := c.HSet(ctx, k.String(), "lease_until", past).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestInProgressThenTakeoverWithoutSideEffect: a crash after the claim and
 // before the lock. Inside the processing lease a retry gets 202 with
 // Retry-After and Location; after it, Postgres shows no order and the
@@ -44,12 +66,15 @@ func plantClaim(t *testing.T, r *rig, user, key, body string, lease time.Duratio
 func TestInProgressThenTakeoverWithoutSideEffect(t *testing.T) {
 	r := newRig(t, 1)
 	in := r.instance(t)
-	plantClaim(t, r, "u1001", "req-crash", buy42, 400*time.Millisecond)
+	plantClaim(t, r, "u1001", "req-crash", buy42, 30*time.Second)
 	a := post(t, in, "u1001", "req-crash", buy42)
 	if a.Status != http.StatusAccepted || a.Header.Get("Retry-After") == "" || a.Header.Get("Location") != "/orders/requests?key=req-crash" {
 		t.Fatalf("inside the lease: %d %v %s", a.Status, a.Header, a.Body)
 	}
-	time.Sleep(500 * time.Millisecond)
+	if n := r.orderCount(t, "true"); n != 0 {
+		t.Fatalf("%d orders while the claim was in progress", n)
+	}
+	expireClaim(t, r, in.claims, "u1001", "req-crash")
 	a = post(t, in, "u1001", "req-crash", buy42)
 	if a.Status != http.StatusCreated {
 		t.Fatalf("after the lease: %d %s", a.Status, a.Body)

@@ -345,13 +345,16 @@ func expireLease(t *testing.T, f *fixture, k idem.Key) {
 	}
 }
 
-// TestClaimLeaseRunsOut lets a real lease run out on the node's clock.
+// TestClaimLeaseRunsOut lets a real lease run out on the node's clock. The
+// lease is long enough that the second claim, sent right after the first,
+// still finds it running even when each write waits for a slow fsync.
 func TestClaimLeaseRunsOut(t *testing.T) {
-	f := newFixture(t, idem.WithLease(50*time.Millisecond), idem.WithTTL(time.Minute))
+	const lease = 3 * time.Second
+	f := newFixture(t, idem.WithLease(lease), idem.WithTTL(time.Minute))
 	k := key(t, "k")
 	mustClaim(t, f.store, k, "fp1", "A", idem.Created)
 	mustClaim(t, f.store, k, "fp1", "B", idem.InProgress)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(lease + 10*time.Second)
 	for {
 		r, err := f.store.Claim(context.Background(), k, "fp1", "B")
 		if err != nil {
@@ -374,7 +377,7 @@ func TestClaimLeaseRunsOut(t *testing.T) {
 // node's clock; it falls to zero when the lease runs out, while the record
 // stays IN_PROGRESS until another attempt takes it over.
 func TestGetLeaseLeft(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	const lease = 2 * time.Second
 	f := newFixture(t, idem.WithLease(lease), idem.WithTTL(time.Minute))
 	ctx := context.Background()
 	k := key(t, "k")
@@ -383,7 +386,7 @@ func TestGetLeaseLeft(t *testing.T) {
 	if err != nil || rec.State != idem.StateInProgress || rec.LeaseLeft <= 0 || rec.LeaseLeft > lease {
 		t.Fatalf("Get right after the claim = %+v, %v", rec, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(lease + 10*time.Second)
 	for rec.LeaseLeft > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the lease never ran out: %+v", rec)
