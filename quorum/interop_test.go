@@ -83,14 +83,36 @@ func TestRedsyncInterop(t *testing.T) {
 	})
 
 	// Both clients hammer one key; at no moment do two valid holders exist.
+	// Each makes at least 40 attempts, and both keep trying until each has
+	// won at least once.
 	t.Run("MutualExclusionUnderContention", func(t *testing.T) {
 		k := key(t)
+		const minAttempts = 40
 		var (
-			mu      sync.Mutex
-			holders int
-			overlap bool
-			grants  [2]int
+			mu       sync.Mutex
+			holders  int
+			overlap  bool
+			grants   [2]int
+			attempts [2]int
 		)
+		// more counts an attempt by who and reports whether it is due: who
+		// has made fewer than minAttempts, or a side has not won yet. A
+		// side past its own quota that has won waits a little before each
+		// further attempt, so that it keeps contending without starving
+		// the other.
+		more := func(who int) bool {
+			mu.Lock()
+			due := attempts[who] < minAttempts || grants[0] == 0 || grants[1] == 0
+			quota := attempts[who] >= minAttempts && grants[who] > 0
+			if due {
+				attempts[who]++
+			}
+			mu.Unlock()
+			if due && quota {
+				time.Sleep(5 * time.Millisecond)
+			}
+			return due
+		}
 		enter := func(who int) {
 			mu.Lock()
 			holders++
@@ -108,7 +130,7 @@ func TestRedsyncInterop(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			for range 40 {
+			for ctx.Err() == nil && more(0) {
 				lease, err := l.TryLock(ctx, k)
 				if err != nil {
 					continue
@@ -121,7 +143,7 @@ func TestRedsyncInterop(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			for range 40 {
+			for ctx.Err() == nil && more(1) {
 				m := rs.NewMutex(k, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
 				if m.TryLockContext(ctx) != nil {
 					continue
@@ -136,8 +158,8 @@ func TestRedsyncInterop(t *testing.T) {
 		if overlap {
 			t.Fatal("a quorum lease and a redsync mutex were held at the same time")
 		}
-		if grants[0] == 0 || grants[1] == 0 {
-			t.Fatalf("grants %v: both clients should have won at times", grants)
+		if grants[0] == 0 || grants[1] == 0 || attempts[0] < minAttempts || attempts[1] < minAttempts {
+			t.Fatalf("grants %v in attempts %v when the context ended (%v): both clients should have won at times", grants, attempts, ctx.Err())
 		}
 		t.Logf("grants: quorum %d, redsync %d", grants[0], grants[1])
 	})

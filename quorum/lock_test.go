@@ -472,14 +472,23 @@ func TestExtend(t *testing.T) {
 
 	t.Run("ExtendsAndRecomputesValidity", func(t *testing.T) {
 		rec := &recorder{}
-		l := r.locker(t, quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(200*time.Millisecond)), quorum.WithAmnesiaWindow(time.Minute), quorum.WithObserver(rec))
+		// The node timeout (and the contexts, which bound the late
+		// requests too) lets every node answer the acquisition and the
+		// extension on a loaded machine, so that the token, then the new
+		// TTL, reaches all five; the lease outlives waiting for that. The
+		// TTL stays below the extension's 30s: a node the extension missed
+		// keeps a PTTL below the one checked for.
+		l := r.locker(t, quorum.WithTTL(25*time.Second), quorum.WithNodeTimeout(8*time.Second), quorum.WithAmnesiaWindow(time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		lease, err := l.Lock(ctxT(t, time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Lock returns at a majority: let the other nodes' SETs land, so
+		// that the extension can reach the key on every node.
+		eventually(t, 10*time.Second, "the token is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
 		before, old := time.Now(), lease.Until()
-		if err := lease.Extend(ctxT(t, 5*time.Second), 30*time.Second); err != nil {
+		if err := lease.Extend(ctxT(t, time.Minute), 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		after := time.Now()
@@ -489,8 +498,10 @@ func TestExtend(t *testing.T) {
 		}
 		// Each node's new TTL was set after before, so it is at least 30s
 		// minus the time since then (PTTL truncates to milliseconds). The
-		// old TTL was slow(1s).
-		eventually(t, 2*time.Second, "every node has the new TTL", func() bool {
+		// old TTL was 25s, set before before: an old PTTL is below that.
+		// Extend returns at a majority; the other nodes answer within the
+		// node timeout.
+		eventually(t, 10*time.Second, "every node has the new TTL", func() bool {
 			for _, a := range r.admin {
 				d, err := a.PTTL(ctxT(t, 10*time.Second), k).Result()
 				if err != nil || d < 30*time.Second-time.Since(before)-time.Millisecond {
@@ -502,7 +513,7 @@ func TestExtend(t *testing.T) {
 		if ev := rec.snapshot().extends; len(ev) != 1 || ev[0].Err != nil || ev[0].Confirmed < 3 {
 			t.Fatalf("extend events %+v", ev)
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -587,14 +598,13 @@ func TestExtend(t *testing.T) {
 	})
 
 	t.Run("MinorityUnreachableStillExtends", func(t *testing.T) {
-		// The lease (and, after the Extend, the keys) outlive setting up
+		// The token is on every node before the partition, so the three
+		// nodes left reachable all hold it. The lease (10 minutes; its
+		// Locker's amnesia window is that TTL, which allows the 5-minute
+		// extension) and, after the Extend, the keys outlive setting up
 		// and healing the partition on a loaded machine.
-		l := r.locker(t, quorum.WithTTL(5*time.Minute))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := r.hold(t, k)
 		heal := r.partition(t, 0, 4)
 		if err := lease.Extend(ctxT(t, time.Minute), 5*time.Minute); err != nil {
 			t.Fatal(err)
@@ -660,18 +670,36 @@ func TestLostAndDo(t *testing.T) {
 
 	t.Run("DoKeepsTheLeaseAcrossManyTTLs", func(t *testing.T) {
 		rec := &recorder{}
-		opts := []quorum.Option{quorum.WithTTL(slow(time.Second)), quorum.WithNodeTimeout(slow(200 * time.Millisecond))}
+		// The node timeout outlasts a slow fsync on a loaded machine. The
+		// TTL is above four node timeouts plus the drift allowance, so
+		// that with the default watchdog interval an extension that took
+		// a whole node timeout still leaves the next one a whole node
+		// timeout before the validity runs out.
+		ttl := slow(3 * time.Second)
+		opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithNodeTimeout(slow(600 * time.Millisecond))}
 		l := r.locker(t, append(opts, quorum.WithObserver(rec))...)
 		rival := r.locker(t, opts...)
 		k := key(t)
-		err := l.Do(ctxT(t, slow(20*time.Second)), k, func(ctx context.Context, lease *quorum.Lease) error {
-			for range 17 { // 2.5s: two and a half TTLs
+		err := l.Do(ctxT(t, slow(30*time.Second)), k, func(ctx context.Context, lease *quorum.Lease) error {
+			for end := time.Now().Add(2 * ttl); time.Now().Before(end); { // two TTLs
 				select {
 				case <-ctx.Done():
 					return context.Cause(ctx)
-				case <-time.After(slow(150 * time.Millisecond)):
+				case <-time.After(ttl / 6):
 				}
-				if _, err := rival.TryLock(ctx, k); !errors.Is(err, quorum.ErrNotAcquired) {
+				// The rival never gets the lease: no majority of the five
+				// nodes grants it. A majority refuses it (ErrNotAcquired),
+				// or, when nodes fail to answer in time, a majority is out
+				// of its reach (ErrQuorumUnavailable).
+				rl, err := rival.TryLock(ctx, k)
+				var qe *quorum.QuorumError
+				switch {
+				case err == nil:
+					t.Errorf("the rival acquired the lock during Do (token %s)", rl.Token())
+					_ = rl.Unlock(context.WithoutCancel(ctx))
+				case errors.As(err, &qe) && qe.Confirmed < 3 &&
+					(errors.Is(err, quorum.ErrNotAcquired) || errors.Is(err, quorum.ErrQuorumUnavailable)):
+				default:
 					t.Errorf("rival TryLock during Do: %v", err)
 				}
 				if lease.Err() != nil {

@@ -129,8 +129,16 @@ func TestNewOptionsAndErrors(t *testing.T) {
 // The adapter on a real Locker over five masters.
 func TestWithLocker(t *testing.T) {
 	bed := testbed.Start(t, testbed.Options{Redis: 5})
+	// The bed's client options, with socket timeouts long enough that the
+	// Locker's node timeout (a context deadline) is what cuts a request
+	// short, even on a loaded machine under the race detector.
 	var nodes []redis.UniversalClient
-	for _, c := range bed.RedisClients(t) {
+	for _, n := range bed.Redis {
+		o := testbed.ClientOptions(n.Addr())
+		o.DialTimeout = 10 * time.Second
+		o.ReadTimeout, o.WriteTimeout = 10*time.Second, 10*time.Second
+		c := redis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
 		nodes = append(nodes, c)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
