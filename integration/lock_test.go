@@ -107,7 +107,7 @@ func TestLockUnderFaults(t *testing.T) {
 
 	const ttl = 1 * time.Second
 	l, err := quorum.New(clientsOf(bed.RedisClients(t)),
-		quorum.WithTTL(ttl), quorum.WithNodeTimeout(100*time.Millisecond),
+		quorum.WithTTL(ttl), quorum.WithNodeTimeout(250*time.Millisecond),
 		quorum.WithMaxWait(3*time.Second), quorum.WithFencer(issuer))
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,8 @@ func TestLockUnderFaults(t *testing.T) {
 // its data, and a second client wins the other majority. With the amnesia
 // guard off (the negative control) the checker must see two holders at
 // once, and the fence must still reject the late holder's write. With the
-// guard on, the second client must not get the lock inside the window.
+// guard on, the second client must not get the lock inside the window,
+// however many times it tries while the first still holds it.
 func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 	for _, guard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("guard=%v", guard), func(t *testing.T) {
@@ -205,9 +206,14 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			res, issuer := newResource(t, ctx, bed.Postgres.NewDatabase(t))
+			// The node timeout covers a first call on a new connection
+			// (connect, HELLO, EVALSHA, NOSCRIPT, EVAL and its fsync) on a
+			// loaded machine; 2*nodeTimeout + drift allowance stays far
+			// below the TTL, so A's lease outlasts all of B's attempts.
 			const ttl = 20 * time.Second
-			opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithNodeTimeout(150 * time.Millisecond),
-				quorum.WithRetry(quorum.Retry{Attempts: 1, BaseDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond}),
+			const nodeTimeout = 2 * time.Second
+			opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithNodeTimeout(nodeTimeout),
+				quorum.WithRetry(quorum.Retry{Attempts: 5, BaseDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond}),
 				quorum.WithFencer(issuer), quorum.WithAmnesiaGuard(guard), quorum.WithAmnesiaWindow(ttl)}
 			a, err := quorum.New(clientsOf(bed.RedisClients(t)), opts...)
 			if err != nil {
@@ -220,6 +226,10 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 			if guard {
 				stampAndAge(t, ctx, bed, ttl)
 			}
+			// Open both lockers' connections and load the script on every
+			// node, so the staged calls below are not first calls.
+			waitLockable(t, ctx, a)
+			waitLockable(t, ctx, b)
 			// A wins exactly nodes 0, 1, 2 while 3 and 4 are cut off.
 			for _, n := range bed.Redis[3:] {
 				if err := n.Partition(ctx); err != nil {
@@ -240,14 +250,31 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 			if err := bed.Redis[2].Restart(ctx, false); err != nil {
 				t.Fatal(err)
 			}
-			leaseB, errB := b.TryLock(ctx, "guarded:counter")
+			// B tries until it wins, for a few seconds at most, and never
+			// starts an attempt that could end after A's lease: every answer
+			// B gets from nodes 0 and 1 comes while they still hold A's key.
+			stopB := time.Now().Add(6 * time.Second)
+			if last := leaseA.Until().Add(-nodeTimeout); last.Before(stopB) {
+				stopB = last
+			}
+			var leaseB *quorum.Lease
+			var errB error
+			triesB := 0
+			for {
+				triesB++
+				leaseB, errB = b.TryLock(ctx, "guarded:counter")
+				if errB == nil || !time.Now().Add(50*time.Millisecond).Before(stopB) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 			var holds []checker.Hold
 			if errB == nil {
 				holds = append(holds, checker.Hold{Key: "guarded:counter", Holder: "B", Fence: leaseB.Fence(), From: time.Now(), To: leaseB.Until()})
 			}
 			holds = append(holds, checker.Hold{Key: "guarded:counter", Holder: "A", Fence: leaseA.Fence(), From: fromA, To: leaseA.Until()})
 			verdict := checker.Exclusion(holds)
-			t.Logf("guard=%v: B's TryLock: %v; exclusion: %v", guard, errB, verdict)
+			t.Logf("guard=%v: B after %d attempts: %v; exclusion: %v", guard, triesB, errB, verdict)
 
 			if guard {
 				if errB == nil {

@@ -60,9 +60,12 @@ func TestSingleNodeScript(t *testing.T) {
 }
 
 // TestRunSideBySide runs every contender once on a small bed and checks
-// the report names each of them with no errors.
+// the report names each of them with no errors. The bed fsyncs every
+// second and the TTL and node timeout are generous, so that every
+// contender's per-node timeouts (a fraction of the TTL for redsync) hold
+// on a loaded machine: any error in the report is a real one.
 func TestRunSideBySide(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 3})
+	bed := testbed.Start(t, testbed.Options{Redis: 3, AppendFsync: testbed.FsyncEverySec})
 	ctx := context.Background()
 	for _, n := range bed.Redis {
 		a := n.Admin()
@@ -70,7 +73,8 @@ func TestRunSideBySide(t *testing.T) {
 		_ = a.Close()
 	}
 	var out strings.Builder
-	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-rounds", "1", "-ops", "20", "-workers", "2"}, &out)
+	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-rounds", "1", "-ops", "20", "-workers", "2",
+		"-ttl", "20s", "-node-timeout", "2s"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,31 @@ func quick(addr string) *redis.Client {
 	return redis.NewClient(o)
 }
 
+// connected returns a quick client with an open connection to addr, after
+// a normal client has seen the node answer. A first call on a new
+// connection can take longer than quick's timeouts on a loaded machine, so
+// the quick client's first ping is retried, a bounded number of times.
+func connected(t *testing.T, ctx context.Context, addr string) *redis.Client {
+	t.Helper()
+	n := redis.NewClient(testbed.ClientOptions(addr))
+	err := n.Ping(ctx).Err()
+	_ = n.Close()
+	if err != nil {
+		t.Fatalf("ping %s: %v", addr, err)
+	}
+	c := quick(addr)
+	for try := 1; ; try++ {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return c
+		}
+		if try == 10 || ctx.Err() != nil {
+			_ = c.Close()
+			t.Fatalf("ping %s with a quick client: %v", addr, err)
+		}
+	}
+}
+
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -81,11 +106,8 @@ func TestBed(t *testing.T) {
 	t.Run("PauseAndResume", func(t *testing.T) {
 		ctx := ctxT(t, 30*time.Second)
 		n := bed.Redis[1]
-		c := quick(n.Addr())
+		c := connected(t, ctx, n.Addr())
 		defer c.Close()
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatalf("ping before pause: %v", err)
-		}
 		if err := n.Pause(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -112,8 +134,10 @@ func TestBed(t *testing.T) {
 			t.Run(fmt.Sprintf("keepData=%v", keep), func(t *testing.T) {
 				ctx := ctxT(t, 60*time.Second)
 				n := bed.Redis[2]
-				c := quick(n.Addr())
+				c := redis.NewClient(testbed.ClientOptions(n.Addr()))
 				defer c.Close()
+				q := quick(n.Addr())
+				defer q.Close()
 				addr := n.Addr()
 				if err := c.Set(ctx, "durable", "yes", 0).Err(); err != nil {
 					t.Fatal(err)
@@ -121,7 +145,7 @@ func TestBed(t *testing.T) {
 				if err := n.Kill(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if err := c.Get(ctx, "durable").Err(); err == nil {
+				if err := q.Get(ctx, "durable").Err(); err == nil {
 					t.Fatal("a killed node still answers")
 				}
 				if err := n.Restart(ctx, keep); err != nil {
@@ -156,11 +180,8 @@ func TestBed(t *testing.T) {
 	t.Run("PartitionAndHeal", func(t *testing.T) {
 		ctx := ctxT(t, 30*time.Second)
 		n := bed.Redis[3]
-		c := quick(n.Addr())
+		c := connected(t, ctx, n.Addr())
 		defer c.Close()
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
 		if err := n.Partition(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -211,12 +232,20 @@ func TestBed(t *testing.T) {
 		if err := n.AddLatency(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatal(err)
+		// The best of a few round trips, so that one slow answer on a
+		// loaded machine does not count as latency left in place.
+		best := time.Duration(-1)
+		for i := 0; i < 5; i++ {
+			start := time.Now()
+			if err := c.Ping(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := time.Since(start); best < 0 || got < best {
+				best = got
+			}
 		}
-		if got := time.Since(start); got >= d {
-			t.Fatalf("round trip %v after the latency was removed", got)
+		if best >= d {
+			t.Fatalf("round trip %v (best of 5) after the latency was removed", best)
 		}
 	})
 
