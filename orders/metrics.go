@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"outcome"}),
 		places: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_place_total",
-			Help: "Order transactions by outcome (created, replayed, out_of_stock, fingerprint_mismatch, unknown_product, stale_fence, invalid, error).",
+			Help: "Order attempts by outcome (created, replayed, out_of_stock, fingerprint_mismatch, unknown_product, stale_fence, lock_busy, invalid, error).",
 		}, []string{"outcome"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_lock_fallback_total",
