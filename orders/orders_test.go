@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -86,9 +85,9 @@ func untilFinal(a answer, next func() answer) answer {
 		if left <= 0 {
 			return a
 		}
-		wait := 100 * time.Millisecond
-		if s, err := strconv.Atoi(a.Header.Get("Retry-After")); err == nil && s > 0 {
-			wait = time.Duration(s) * time.Second
+		wait, ok := retryAfter(a)
+		if !ok {
+			wait = 100 * time.Millisecond
 		}
 		time.Sleep(min(wait, left))
 		a = next()

@@ -205,15 +205,24 @@ func postRetrying(t testing.TB, in *instance, user, key, body string, tries int)
 		if a.Status != http.StatusServiceUnavailable || retried+1 >= tries {
 			return a, retried
 		}
-		wait, err := strconv.Atoi(a.Header.Get("Retry-After"))
-		if err != nil || wait < 1 {
+		wait, ok := retryAfter(a)
+		if !ok {
 			t.Errorf("503 without a usable Retry-After (%q): %s", a.Header.Get("Retry-After"), a.Body)
 			return a, retried
 		}
 		retried++
-		t.Logf("%s/%s: 503, retrying after %ds: %s", user, key, wait, a.Body)
-		time.Sleep(time.Duration(wait) * time.Second)
+		t.Logf("%s/%s: 503, retrying after %v: %s", user, key, wait, a.Body)
+		time.Sleep(wait)
 	}
+}
+
+// retryAfter reads an answer's Retry-After (whole seconds, at least 1).
+func retryAfter(a answer) (time.Duration, bool) {
+	s, err := strconv.Atoi(a.Header.Get("Retry-After"))
+	if err != nil || s < 1 {
+		return 0, false
+	}
+	return time.Duration(s) * time.Second, true
 }
 
 const buy42 = `{"productId": "42", "quantity": 1, "addressVersion": "v1", "couponId": null}`
