@@ -159,16 +159,21 @@ func (n *RedisNode) Restart(ctx context.Context, keepData bool) error {
 // Partition cuts the node off from every client of Addr: bytes in both
 // directions are dropped and connections hang, until Heal.
 func (n *RedisNode) Partition(ctx context.Context) error {
-	n.proxy.heal(ctx)
+	if err := n.proxy.heal(ctx); err != nil {
+		return fmt.Errorf("%s: partition: %w", n.name, err)
+	}
 	if err := n.proxy.partition(); err != nil {
 		return fmt.Errorf("%s: partition: %w", n.name, err)
 	}
 	return nil
 }
 
-// Heal ends a partition.
+// Heal ends a partition. Connections that lived through it are closed;
+// clients reconnect.
 func (n *RedisNode) Heal(ctx context.Context) error {
-	n.proxy.heal(ctx)
+	if err := n.proxy.heal(ctx); err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
+	}
 	return nil
 }
 
