@@ -123,45 +123,4 @@ func TestAmnesiaGuard(t *testing.T) {
 		_ = lease.Unlock(ctxT(t, 10*time.Second))
 		_ = double.Unlock(ctxT(t, 10*time.Second))
 	})
-
-	t.Run("FreshNodesWarmUpThenVote", func(t *testing.T) {
-		r := newRig(t)
-		ctx := ctxT(t, 3*time.Minute)
-		for i, a := range r.admin {
-			if err := a.Del(ctx, quorum.BootMarkerKey).Err(); err != nil {
-				t.Fatalf("node %d: %v", i, err)
-			}
-		}
-		window := slow(1500 * time.Millisecond)
-		// Every node must answer the first attempt within the node
-		// timeout, and Lock's budget must outlast the window by far.
-		l := r.locker(t, quorum.WithTTL(window), quorum.WithNodeTimeout(slow(500*time.Millisecond)), quorum.WithAmnesiaWindow(window),
-			quorum.WithMaxWait(slow(20*time.Second)))
-		k := key(t)
-		start := time.Now()
-		_, err := l.TryLock(ctx, k)
-		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) || len(qe.Nodes) < 3 {
-			t.Fatalf("got %v, want a majority of warming nodes", err)
-		}
-		for _, ne := range qe.Nodes {
-			if !errors.Is(ne, quorum.ErrNodeWarming) {
-				t.Fatalf("node error %v, want ErrNodeWarming", ne)
-			}
-		}
-		if got := r.count(t, k, ""); got != 5 {
-			t.Fatal("a warming node wrote the lock key")
-		}
-		// Lock waits the window out.
-		lease, err := l.Lock(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if waited := time.Since(start); waited < window-100*time.Millisecond {
-			t.Fatalf("granted after %v, inside the %v window", waited, window)
-		}
-		if err := lease.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
 }

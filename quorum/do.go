@@ -12,17 +12,22 @@ import (
 // extended, then releases it.
 //
 // The watchdog extends the lease to the Locker's TTL every watchdog interval
-// (WithWatchdogInterval, default TTL/3). The moment the lease is lost — its
-// validity ran out or an extension failed — fn's context is cancelled with
-// a cause matching ErrLeaseLost (see context.Cause), and fn should stop
-// touching the protected resource at once.
+// (WithWatchdogInterval, default TTL/3). An extension whose outcome is
+// unclear (ErrExtendUnconfirmed) is retried after half a node timeout while
+// validity is left. fn's context is cancelled, with a cause matching
+// ErrLeaseLost (see context.Cause), as soon as the lease is lost, and at the
+// latest the safety margin (WithSafetyMargin, default TTL/10) before Until
+// when no extension got through: fn should then stop touching the protected
+// resource at once.
 //
 // Do returns the acquisition error when the lock was not acquired (fn is
-// not called); otherwise fn's error, joined with an error matching
-// ErrLeaseLost when the lease was lost while fn ran. The release after fn
-// runs even when fn panics, and a release that some nodes did not confirm
-// is reported to the Observer, not returned (the key expires by its TTL).
-// No goroutine started by Do outlives it.
+// not called). Otherwise it returns fn's error, joined with an error
+// matching ErrLeaseLost when the lease was lost while fn ran: because the
+// watchdog lost it, or because the final Unlock found the token gone from a
+// majority (a node restarted, a key was evicted). The release after fn runs
+// even when fn panics; a release that some nodes did not confirm is
+// reported to the Observer, not returned (the key expires by its TTL). No
+// goroutine started by Do outlives it.
 func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	if fn == nil {
 		return errors.New("quorum: Do: fn is nil")
@@ -38,42 +43,64 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	ectx, stopExtend := context.WithCancel(context.WithoutCancel(ctx))
 	stop := make(chan struct{})
 	watchdogDone := make(chan struct{})
-	go l.watchdog(ectx, lease, stop, cancel, watchdogDone)
+	var lost error // written by the watchdog before watchdogDone closes
+	go func() {
+		defer close(watchdogDone)
+		lost = l.watchdog(ectx, lease, stop, cancel)
+	}()
 
 	defer func() {
 		close(stop)
 		stopExtend()
 		<-watchdogDone
-		lost, lostErr := lease.errLost()
-		_ = lease.Unlock(context.WithoutCancel(ctx)) // outcome goes to the Observer
+		uerr := lease.Unlock(context.WithoutCancel(ctx))
 		cancel(context.Canceled)
-		if lost && !errors.Is(err, ErrLeaseLost) {
-			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", key, lostErr))
+		if lost == nil && errors.Is(uerr, ErrLeaseLost) {
+			lost = uerr
+		}
+		if lost != nil && !errors.Is(err, ErrLeaseLost) {
+			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", key, lost))
 		}
 	}()
 	return fn(fctx, lease)
 }
 
-// watchdog extends the lease every interval until stop is closed, and
-// cancels fn's context with the loss as cause when the lease is lost.
-func (l *Locker) watchdog(ctx context.Context, lease *Lease, stop <-chan struct{}, cancel context.CancelCauseFunc, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTimer(l.cfg.watchdog)
-	defer t.Stop()
+// watchdog extends the lease until stop is closed. When the lease is lost,
+// or only the safety margin of its validity is left, it cancels fn's
+// context with the loss as cause and returns the loss.
+func (l *Locker) watchdog(ctx context.Context, lease *Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
+	next := time.NewTimer(l.cfg.watchdog)
+	defer next.Stop()
+	margin := time.NewTimer(time.Until(lease.Until()) - l.cfg.margin)
+	defer margin.Stop()
 	for {
 		select {
 		case <-stop:
-			return
+			return nil
 		case <-lease.Lost():
 			if lost, err := lease.errLost(); lost {
 				cancel(err)
+				return err
 			}
-			return
-		case <-t.C:
-			// An error either means the lease is lost (handled by the
-			// Lost case next round) or ctx was cancelled by stop.
-			_ = lease.Extend(ctx, l.cfg.ttl)
-			t.Reset(l.cfg.watchdog)
+			return nil
+		case <-margin.C:
+			if d := time.Until(lease.Until()) - l.cfg.margin; d > 0 { // extended meanwhile
+				margin.Reset(d)
+				continue
+			}
+			err := fmt.Errorf("quorum: do %q: %w: no extension got through and less than the safety margin %v of validity is left",
+				lease.key, ErrLeaseLost, l.cfg.margin)
+			cancel(err)
+			return err
+		case <-next.C:
+			delay := l.cfg.watchdog
+			if err := lease.Extend(ctx, l.cfg.ttl); errors.Is(err, ErrExtendUnconfirmed) {
+				// Still held, outcome unclear: try again soon.
+				delay = max(l.cfg.nodeTimeout/2, time.Millisecond)
+			}
+			// A lost lease is handled by the Lost case next round.
+			next.Reset(delay)
+			margin.Reset(time.Until(lease.Until()) - l.cfg.margin)
 		}
 	}
 }

@@ -19,24 +19,32 @@
 // SET key token NX PX ttl (one Lua script, run with EVALSHA) to all N nodes
 // at once, every request under the node timeout. It returns as soon as a
 // majority (N/2+1) granted the key, or as soon as so many nodes refused or
-// failed that a majority is out of reach. The validity of the lease is
+// failed that a majority is out of reach. The lease ends at
 //
-//	TTL - elapsed - (TTL*driftFactor + 2ms)
+//	start + TTL - (TTL*driftFactor + 2ms)
 //
-// on the monotonic clock, where elapsed runs from before the first request
-// left. If it is not positive the acquisition failed. A failed attempt is
-// undone on every node with compare-and-delete (late answers included: a
-// node that granted the key after the vote was decided is released as soon
-// as its answer arrives), then Lock retries after a full-jitter exponential
-// backoff, within WithRetry, WithMaxWait and the context. A cancelled
-// context returns an error wrapping the context's error.
+// on the monotonic clock, where start was taken before the first request
+// left (so the time the vote took is inside it once), and it is granted only
+// while that is still in the future. A failed attempt is undone in the
+// background with compare-and-delete (late answers included: a node that
+// granted the key after the vote was decided is released as soon as its
+// answer arrives), so Lock returns at the verdict; then it retries after a
+// full-jitter exponential backoff, within WithRetry, WithMaxWait and the
+// context. A cancelled context returns an error wrapping the context's
+// error. The acquire script answers "ours" when the key already holds the
+// token, so a client that retried it after a lost answer counts the vote.
 //
 // Extend runs compare-and-pexpire on every node and succeeds only if a
 // majority confirms before the current validity ends; Unlock runs
 // compare-and-delete on every node, never touches another owner's value, and
-// may be retried. The keys are used verbatim with the token as the plain
-// value, so other Redlock clients on the same nodes and keys (such as
-// redsync) exclude and are excluded by this package.
+// may be retried. Any operation whose outcome is unclear only ever moves
+// Until earlier: an extension that timed out, failed on too many nodes or
+// whose context ended may still have been applied, so the lease then ends no
+// later than what the new TTL would give (ErrExtendUnconfirmed); a majority
+// that answered that the token is gone ends it (ErrLeaseLost). The keys are
+// used verbatim with the token as the plain value, so other Redlock clients
+// on the same nodes and keys (such as redsync) exclude and are excluded by
+// this package. One fan-out (fanout.go) serves every operation.
 //
 // N should be odd: 2f+1 nodes tolerate f failed nodes, and an even N
 // tolerates no more than N-1 would. The nodes must be independent masters:
@@ -73,41 +81,43 @@
 // ... WHERE last_fence < $fence). With fencing, the lock keeps contention
 // low and the fence keeps the data correct; without it, the lock is an
 // efficiency measure that is correct only while the timing assumptions hold.
-// The fence is taken after the vote; if the Fencer answers after the
-// validity ran out, the lease is released and the attempt counts as failed.
+// The fence is taken after the vote, with the lease's validity as its
+// deadline; if the Fencer answers after the validity ran out, the lease is
+// released and the attempt counts as failed.
 //
-// # Persistence and the amnesia guard
+// # Persistence and the restart guard
 //
 // A node that crashes and comes back without the keys it held can vote a
 // second time for a key that a majority (counting its earlier vote) already
-// granted. There are two safe ways to run the nodes:
+// granted. What it forgets depends on its persistence: everything without
+// any, the last second with appendfsync everysec, everything since the
+// snapshot with RDB. Redlock's answer is the delayed restart: a restarted
+// node must not vote until the longest TTL has passed, by which time every
+// lease it granted before has expired.
 //
-//   - Persist every write before acknowledging it: appendonly yes with
-//     appendfsync always. A restarted node then remembers its keys, and the
-//     amnesia guard may be turned off (WithAmnesiaGuard(false)).
-//   - Delay the restart: a restarted node must not vote for one maximum TTL.
-//     The amnesia guard, on by default, does this from the client side. Each
-//     node holds a marker key (BootMarkerKey) stamped with the node's own
-//     TIME the first time a client finds it missing. A node that lost its
-//     data lost its marker too; the acquire script re-stamps it and answers
-//     "warming" (ErrNodeWarming) instead of voting until the amnesia window
-//     (WithAmnesiaWindow, default the TTL) has passed on the node's own
-//     clock. The check costs no extra round trip: it runs in the same
-//     script as the SET, so an acquisition is still one request per node.
+// The restart guard (WithAmnesiaGuard, on by default) enforces it from the
+// client. The acquire script reads the node's uptime (INFO server) and votes
+// only once the node has been up for the restart window (WithAmnesiaWindow,
+// default the TTL) on its own clock; otherwise it answers "warming"
+// (ErrNodeWarming) and writes nothing. The check is read atomically with the
+// vote and costs no extra round trip. Nodes that have been up longer than
+// the window vote at once, on first contact too. Two things let a young
+// node vote:
 //
-// The guard detects a node that came back empty (no persistence, or lost
-// files). It cannot detect a node that restarted from an older snapshot
-// (RDB, or AOF with appendfsync everysec): its marker is old, but the keys
-// written after the snapshot are gone. So run the nodes either with
-// appendfsync always, or with no persistence at all (save "" and appendonly
-// no) and the guard on; snapshot-only persistence is the unsafe middle. Use
-// maxmemory-policy noeviction: an evicted lock key is a forgotten vote, and
-// an evicted marker makes the node warm up again.
+//   - TrustNode: an operator vouches for the running process, which writes
+//     its run_id into the marker key (BootMarkerKey). A restart changes the
+//     run_id, so the trust never carries over to a process that came back
+//     from an old snapshot. Use it on brand-new nodes.
+//   - WithDurableNodes: the operator declares appendonly yes with
+//     appendfsync always. A node with its AOF on whose marker survived the
+//     restart kept every acknowledged write and votes at once; one that came
+//     back empty has no marker and waits. (Durable nodes get their marker the
+//     first time they vote past the window.)
 //
-// The guard also makes a brand-new set of nodes wait one window before the
-// first lease can be granted, since an empty node looks the same as a
-// restarted one. An operator who knows a node never held a lock may run
-// SET quorumlock:boot 0 on it to let it vote at once.
+// The guard does not cover a node that forgets keys while it keeps running
+// (an operator's FLUSHALL, an evicted key: use maxmemory-policy noeviction),
+// nor clients that do not run it: redsync on the same keys ignores it, so a
+// fleet that mixes the two needs appendfsync always on every node.
 //
 // # Observability
 //

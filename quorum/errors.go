@@ -24,9 +24,9 @@ var (
 	// held by fewer than a majority of the nodes.
 	ErrLeaseLost = errors.New("quorum: lease lost")
 
-	// ErrNodeWarming is the node error of a node that has restarted without
-	// its data (or was never used before) and may not vote until the amnesia
-	// window has passed on its own clock. See WithAmnesiaGuard.
+	// ErrNodeWarming is the node error of a node that (re)started less than
+	// the restart window ago on its own clock and is not known to have kept
+	// its data, so it may not vote yet. See WithAmnesiaGuard.
 	ErrNodeWarming = errors.New("quorum: node is warming up after a restart")
 
 	// ErrNodeTimeout is the node error of a node that did not answer within
@@ -41,6 +41,17 @@ var (
 
 	// ErrReleased is the Err of a lease that was released by Unlock.
 	ErrReleased = errors.New("quorum: lease released")
+
+	// ErrExtendUnconfirmed means an extension was not confirmed by a
+	// majority (nodes timed out or failed, or the context ended), but the
+	// token was not found missing on a majority either. The nodes may or
+	// may not have applied the new TTL, so the lease keeps the earlier of
+	// its previous end and the end the new TTL would give: Until only ever
+	// moves earlier. The lease stays held until then; try again.
+	ErrExtendUnconfirmed = errors.New("quorum: extension not confirmed by a majority")
+
+	// ErrClosed means the Locker was closed.
+	ErrClosed = errors.New("quorum: locker closed")
 )
 
 // NodeError is the failure of one node in one operation.
@@ -86,7 +97,8 @@ func (o Op) String() string {
 
 // QuorumError describes an operation that did not get what it needed from
 // the nodes. errors.Is matches its sentinel (ErrNotAcquired,
-// ErrQuorumUnavailable, ErrLeaseLost or ErrUnlockUnconfirmed) and every
+// ErrQuorumUnavailable, ErrLeaseLost, ErrExtendUnconfirmed or
+// ErrUnlockUnconfirmed) and every
 // node error in Nodes.
 type QuorumError struct {
 	Op        Op          // the operation

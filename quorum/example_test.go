@@ -34,6 +34,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer l.Close()
 	ctx := context.Background()
 	lease, err := l.Lock(ctx, "stock:42")
 	switch {
@@ -61,6 +62,7 @@ func ExampleLocker_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer l.Close()
 	err = l.Do(context.Background(), "report:daily", func(ctx context.Context, lease *quorum.Lease) error {
 		for step := range 100 {
 			select {
@@ -119,6 +121,7 @@ func ExampleWithFencer() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer l.Close()
 	s := &stock{available: 10}
 	err = l.Do(context.Background(), "stock:42", func(ctx context.Context, lease *quorum.Lease) error {
 		return s.take(lease.Fence(), 1)

@@ -32,14 +32,13 @@ type Lease struct {
 	extendMu sync.Mutex // one extension at a time
 	unlockMu sync.Mutex // one release at a time
 
-	mu        sync.Mutex
-	until     time.Time
-	state     leaseState
-	err       error // why the lease ended (nil while held)
-	lost      chan struct{}
-	timer     *time.Timer
-	confirmed []bool // nodes whose release was confirmed
-	released  int    // nodes where the release deleted the key
+	mu    sync.Mutex
+	until time.Time
+	state leaseState
+	err   error // why the lease ended (nil while held)
+	lost  chan struct{}
+	timer *time.Timer
+	rel   []uint8 // per node: the answer to Unlock (stYes released, stNo not ours), stPending until one came
 }
 
 func newLease(l *Locker, key, token string, start, until time.Time, c *call, wg *sync.WaitGroup) *Lease {
@@ -65,9 +64,11 @@ func (le *Lease) Token() string { return le.token }
 // Fencer is set. Pass it to the protected resource with every write.
 func (le *Lease) Fence() int64 { return le.fence }
 
-// Until returns the end of the lease's validity: the TTL minus the time the
-// vote (or the last extension) took, minus the drift allowance. It carries a
-// monotonic clock reading, so compare it with time.Now, not a wall clock.
+// Until returns the end of the lease's validity: the moment the acquiring
+// vote (or the last extension) started, plus the TTL, minus the drift
+// allowance. An operation whose outcome is unclear only ever moves it
+// earlier. It carries a monotonic clock reading, so compare it with
+// time.Now, not a wall clock.
 func (le *Lease) Until() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -131,19 +132,27 @@ func (le *Lease) expire() {
 }
 
 // Extend sets the key's TTL to ttl on every node that still holds the token
-// (compare-and-pexpire). It succeeds only when a majority confirms before
-// the current validity ends; Until then becomes the start of the extension
-// plus ttl minus the time it took and the drift allowance.
+// (compare-and-pexpire). It succeeds when a majority confirms before the
+// current validity ends; Until then becomes the extension's start plus ttl
+// minus the drift allowance (it may move earlier when ttl is shorter than
+// what was left), and Extend never returns nil with Until in the past.
 //
-// When the extension fails, the lease is lost: Lost is closed and the error
-// matches ErrLeaseLost (and is a *QuorumError listing the failed nodes). An
-// Extend on a lease that already ended returns an error matching
-// ErrLeaseLost. When ctx ends first, the error wraps ctx.Err() and the lease
-// keeps its current validity. With the amnesia guard on, ttl may not exceed
-// the amnesia window.
+// Otherwise Until only ever moves earlier:
+//   - When a majority answered that the token is gone, or the validity ran
+//     out, the lease is lost: Lost is closed and the error matches
+//     ErrLeaseLost (a *QuorumError listing the nodes).
+//   - When the outcome is unclear (nodes timed out or failed, or ctx ended
+//     first), the nodes may or may not have applied the new TTL. Until
+//     becomes the earlier of its current value and what the new TTL would
+//     give, and the error matches ErrExtendUnconfirmed (and ctx.Err() when
+//     ctx ended). The lease stays held until then, so Extend may be tried
+//     again; it is lost as above if no validity is left.
+//
+// An Extend on a lease that already ended returns an error matching
+// ErrLeaseLost. ttl obeys the same rule as WithTTL.
 func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l := le.l
-	if err := l.checkTTL(ttl); err != nil {
+	if err := l.cfg.checkTTL(ttl); err != nil {
 		return fmt.Errorf("quorum: extend %q: %w", le.key, err)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
@@ -156,79 +165,65 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if state != stateHeld {
 		return le.endedError()
 	}
-	start := time.Now()
+	start := time.Now() // before the first request leaves
 	if !start.Before(until) {
 		le.expire()
 		return le.endedError()
 	}
-
-	deadline := start.Add(l.cfg.nodeTimeout)
-	if until.Before(deadline) {
-		deadline = until
-	}
+	deadline := earlier(start.Add(l.cfg.nodeTimeout), until)
 	c := l.fanOut(ctx, OpExtend, deadline, l.extendScript, []string{le.key}, []any{le.token, ttl.Milliseconds()}, nil, le.wg)
-	n := len(l.nodes)
-	t := newTally(n)
-	answered := make([]bool, n)
-	var nodeErrs []NodeError
-	for t.verdict() == undecided && t.answered() < n {
-		r, ok := c.next()
-		if !ok {
-			err := c.timeoutError()
-			if c.parent.Err() == nil && !time.Now().Before(until) {
-				err = fmt.Errorf("%w: no answer before the validity ran out", ErrNodeTimeout)
-			}
-			for i, a := range answered {
-				if !a {
-					answered[i] = true
-					t.failed++
-					nodeErrs = append(nodeErrs, l.nodeError(i, err))
-				}
-			}
+	var stBuf [16]uint8
+	v := l.collect(c, true, classifyExtend, stBuf[:])
+	ev := ExtendEvent{Key: le.key, Duration: time.Since(start), Confirmed: v.t.ok}
+	end := l.cfg.leaseEnd(start, ttl)
+	now := time.Now()
+	won := v.t.verdict() == won
+	var reason string
+	switch {
+	case won && now.Before(until) && now.Before(end):
+		le.mu.Lock()
+		if le.state != stateHeld { // released or lost while the extension ran
+			le.mu.Unlock()
+			return le.endedError()
+		}
+		le.until = end
+		le.timer.Reset(time.Until(end))
+		le.mu.Unlock()
+		l.cfg.observer.ObserveExtend(ev)
+		return nil
+	case v.t.held >= l.quorum:
+		reason = "the token is gone from a majority"
+	case won && !now.Before(until):
+		reason = "the validity ran out before the majority confirmed"
+	case won:
+		reason = fmt.Sprintf("the extension took %v and left no validity", ev.Duration.Round(time.Microsecond))
+	default:
+		// Unclear: some nodes may have applied the new TTL.
+		capped := earlier(until, end)
+		if !now.Before(capped) {
+			reason = "the extension was not confirmed and no validity is left"
 			break
 		}
-		answered[r.node] = true
-		switch {
-		case r.err != nil:
-			t.failed++
-			nodeErrs = append(nodeErrs, l.nodeError(r.node, r.err))
-		case r.val == 1:
-			t.ok++
-		default:
-			t.held++
-		}
-	}
-	elapsed := time.Since(start)
-	ev := ExtendEvent{Key: le.key, Duration: elapsed, Confirmed: t.ok}
-	var reason string
-	if t.verdict() == won {
-		v := validity(ttl, elapsed, l.cfg.drift)
 		le.mu.Lock()
-		state := le.state
-		if v > 0 && state == stateHeld && time.Now().Before(le.until) {
-			le.until = start.Add(v)
-			le.timer.Reset(time.Until(le.until))
+		if le.state != stateHeld {
 			le.mu.Unlock()
-			l.cfg.observer.ObserveExtend(ev)
-			return nil
+			return le.endedError()
+		}
+		if capped.Before(le.until) {
+			le.until = capped
+			le.timer.Reset(time.Until(capped))
 		}
 		le.mu.Unlock()
-		switch {
-		case state != stateHeld: // released or lost while the extension ran
-			return le.endedError()
-		case v <= 0:
-			reason = fmt.Sprintf("the extension took %v and left no validity", elapsed.Round(time.Microsecond))
-		default:
-			reason = "the validity ran out before the majority confirmed"
+		qe := l.quorumError(OpExtend, le.key, v.t.ok, v.t.held, v.errs, "", ErrExtendUnconfirmed)
+		var err error = qe
+		if ctx.Err() != nil {
+			err = fmt.Errorf("quorum: extend %q: %w: %w", le.key, ctx.Err(), qe)
 		}
-	} else if ctx.Err() != nil && time.Now().Before(until) {
-		// Cancelled by the caller: the lease keeps its current validity.
-		err := ctxError(ctx, "extend", le.key)
 		ev.Err = err
 		l.cfg.observer.ObserveExtend(ev)
 		return err
 	}
-	qe := &QuorumError{Op: OpExtend, Key: le.key, N: n, Quorum: l.quorum, Confirmed: t.ok, Held: t.held, Nodes: nodeErrs, Reason: reason, Err: ErrLeaseLost}
+	qe := l.quorumError(OpExtend, le.key, v.t.ok, v.t.held, v.errs, reason, ErrLeaseLost)
 	ev.Err = qe
 	l.cfg.observer.ObserveExtend(ev)
 	le.mu.Lock()
@@ -240,6 +235,24 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return qe
 	}
 	return le.endedError()
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// classifyExtend reads the extend script's answer.
+func classifyExtend(val int64) (uint8, error) {
+	switch val {
+	case 1:
+		return stYes, nil
+	case 0:
+		return stNo, nil
+	}
+	return stFailed, fmt.Errorf("quorum: unexpected extend answer %d", val)
 }
 
 // endedError is Extend's error on a lease that has ended: it matches
@@ -254,49 +267,37 @@ func (le *Lease) endedError() error {
 	return fmt.Errorf("quorum: extend %q: %w", le.key, err)
 }
 
-// checkTTL validates a TTL given to Extend.
-func (l *Locker) checkTTL(ttl time.Duration) error {
-	switch {
-	case ttl < 10*time.Millisecond:
-		return fmt.Errorf("TTL must be at least 10ms, got %v", ttl)
-	case l.cfg.nodeTimeout+driftAllowance(ttl, l.cfg.drift) >= ttl:
-		return fmt.Errorf("TTL %v leaves no validity after the node timeout %v and the drift allowance", ttl, l.cfg.nodeTimeout)
-	case l.cfg.guard && ttl > l.cfg.window:
-		return fmt.Errorf("TTL %v exceeds the amnesia window %v", ttl, l.cfg.window)
-	}
-	return nil
-}
-
 // Unlock releases the lease: compare-and-delete on every node, so a node
 // whose key now belongs to another owner (the lease expired and someone else
 // took the key) is left untouched. The lease ends (Lost is closed) whatever
 // the outcome.
 //
 // It returns nil when every node answered and a majority of them still held
-// the token. When some nodes did not answer, it returns a *QuorumError
-// matching ErrUnlockUnconfirmed that lists them; calling Unlock again retries
-// just those nodes (it is always safe to retry). When every node answered
-// but fewer than a majority still held the token, the lease had already
-// expired, been taken over or been forgotten by restarted nodes, and the
-// error matches ErrLeaseLost: work done under it may not have been
-// exclusive.
+// the token. When the nodes that answered "not ours" make a majority
+// impossible, the lease had already expired, been taken over or been
+// forgotten by restarted nodes: the error matches ErrLeaseLost, and work
+// done under the lease may not have been exclusive. Otherwise, when some
+// nodes did not answer, it returns a *QuorumError matching
+// ErrUnlockUnconfirmed that lists them; calling Unlock again retries just
+// those nodes (it is always safe to retry).
 //
 // Unlock waits at most one node timeout (plus, right after the acquisition,
 // the acquisition's late answers). If ctx may already be done, pass
 // context.WithoutCancel(ctx).
 func (le *Lease) Unlock(ctx context.Context) error {
 	l := le.l
+	n := len(l.nodes)
 	le.unlockMu.Lock()
 	defer le.unlockMu.Unlock()
 
 	le.mu.Lock()
 	ended := le.endLocked(stateReleased, fmt.Errorf("quorum: %q: %w", le.key, ErrReleased))
-	if le.confirmed == nil {
-		le.confirmed = make([]bool, len(l.nodes))
+	if le.rel == nil {
+		le.rel = make([]uint8, n)
 	}
 	var targets []int
-	for i, ok := range le.confirmed {
-		if !ok {
+	for i, s := range le.rel {
+		if s == stPending {
 			targets = append(targets, i)
 		}
 	}
@@ -305,76 +306,48 @@ func (le *Lease) Unlock(ctx context.Context) error {
 		close(le.lost)
 	}
 
+	var errs []NodeError
 	if len(targets) > 0 {
 		le.waitAcquire(ctx)
-		keys := []string{le.key}
 		start := time.Now()
-		c := l.fanOut(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, keys, []any{le.token}, targets, le.wg)
-		ev := ReleaseEvent{Key: le.key}
-		var nodeErrs []NodeError
-		handle := func(r nodeResult) {
-			if r.err != nil {
-				ev.Failed++
-				nodeErrs = append(nodeErrs, l.nodeError(r.node, r.err))
-				return
+		c := l.fanOut(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, []string{le.key}, []any{le.token}, targets, le.wg)
+		var stBuf [16]uint8
+		v := l.collect(c, false, classifyRelease, stBuf[:])
+		errs = v.errs
+		le.mu.Lock()
+		for _, i := range targets {
+			if s := v.st[i]; s == stYes || s == stNo {
+				le.rel[i] = s
 			}
-			le.mu.Lock()
-			le.confirmed[r.node] = true
-			if r.val == 1 {
-				le.released++
-				ev.Released++
-			} else {
-				ev.NotOwner++
-			}
-			le.mu.Unlock()
 		}
-		for got := 0; got < len(targets); got++ {
-			r, ok := c.next()
-			if ok {
-				handle(r)
-				continue
-			}
-			err := c.timeoutError()
-			le.mu.Lock()
-			var missing []int
-			for _, i := range targets {
-				if !le.confirmed[i] && !hasNode(nodeErrs, i) {
-					missing = append(missing, i)
-				}
-			}
-			le.mu.Unlock()
-			for _, i := range missing {
-				ev.Failed++
-				nodeErrs = append(nodeErrs, l.nodeError(i, err))
-			}
-			break
-		}
-		ev.Duration = time.Since(start)
-		l.cfg.observer.ObserveRelease(ev)
-		if len(nodeErrs) > 0 {
-			le.mu.Lock()
-			released := le.released
-			le.mu.Unlock()
-			return &QuorumError{Op: OpRelease, Key: le.key, N: len(l.nodes), Quorum: l.quorum, Confirmed: released, Nodes: nodeErrs, Err: ErrUnlockUnconfirmed}
-		}
+		le.mu.Unlock()
+		l.cfg.observer.ObserveRelease(ReleaseEvent{Key: le.key, Duration: time.Since(start), Released: v.t.ok, NotOwner: v.t.held, Failed: v.t.failed})
 	}
-	le.mu.Lock()
-	released := le.released
-	le.mu.Unlock()
-	if released < l.quorum {
-		return fmt.Errorf("quorum: unlock %q: %w: the token was still on %d of %d nodes, %d needed (the lease had expired, was taken over, or nodes lost it)",
-			le.key, ErrLeaseLost, released, len(l.nodes), l.quorum)
+	released, notOwner := le.releaseCounts()
+	switch {
+	case notOwner > n-l.quorum:
+		return l.quorumError(OpRelease, le.key, released, notOwner, errs,
+			"the token was no longer on a majority (the lease had expired, was taken over, or nodes lost it)", ErrLeaseLost)
+	case len(errs) > 0:
+		return l.quorumError(OpRelease, le.key, released, notOwner, errs, "", ErrUnlockUnconfirmed)
 	}
 	return nil
 }
 
-func hasNode(errs []NodeError, i int) bool {
-	for _, e := range errs {
-		if e.Node == i {
-			return true
+// releaseCounts returns how many nodes released the token and how many
+// answered that it was not there, over every Unlock call.
+func (le *Lease) releaseCounts() (released, notOwner int) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	for _, s := range le.rel {
+		switch s {
+		case stYes:
+			released++
+		case stNo:
+			notOwner++
 		}
 	}
-	return false
+	return released, notOwner
 }
 
 // waitAcquire waits until the acquisition's late requests have returned, so

@@ -7,20 +7,17 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"net"
-	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// BootMarkerKey is the key of the amnesia marker on every node (see
-// WithAmnesiaGuard). It holds the node's own TIME, in milliseconds, from the
-// moment a client first found the node without a marker. It must never be
-// given a TTL or be evicted. An operator who knows a brand-new node has never
-// held a lock may skip its warm-up with `SET quorumlock:boot 0`.
+// BootMarkerKey is the key of the restart marker on every node (see
+// WithAmnesiaGuard and TrustNode). It holds a node's run_id: the run_id of
+// the running process when an operator vouched for it (TrustNode), or, with
+// WithDurableNodes, of the process that first voted once past the window.
+// It must never be given a TTL or be evicted.
 const BootMarkerKey = "quorumlock:boot"
 
 var (
@@ -33,7 +30,8 @@ var (
 )
 
 // Locker acquires leases on keys by majority vote over independent Redis
-// masters (Redlock). It is safe for concurrent use. Create it with New.
+// masters (Redlock). It is safe for concurrent use. Create it with New and
+// Close it when done.
 type Locker struct {
 	nodes  []node
 	quorum int
@@ -41,20 +39,36 @@ type Locker struct {
 
 	acquireScript, releaseScript, extendScript *redis.Script
 
-	ttlArg, windowArg any // milliseconds, boxed once
+	ttlArg, windowArg, durableArg any // boxed once
+
+	// bg counts every node request and background release, so that Close
+	// can wait for them; mu orders Add against Close's Wait.
+	mu     sync.RWMutex
+	closed bool
+	bg     sync.WaitGroup
 }
 
 type node struct {
 	client redis.UniversalClient
 	addr   string
+	own    *redis.Client // a client New opened (see New), closed by Close
 }
 
 // New returns a Locker over nodes, which must be independent Redis masters
 // (not replicas of one another, and not the same server twice). Use an odd
-// number: 2f+1 nodes keep working with f nodes down. Each client should have
-// ContextTimeoutEnabled so that a node request ends at the node timeout; the
-// Locker never waits past the node timeout itself, but a request the client
-// does not cut off keeps its goroutine until the client's own timeout.
+// number: 2f+1 nodes keep working with f nodes down.
+//
+// Every node request must end at the node timeout and must not be retried
+// by the client behind the Locker's back (a retried release cannot tell
+// "deleted by my first try" from "never mine"). A *redis.Client whose
+// options already ensure both (ContextTimeoutEnabled true, MaxRetries -1,
+// ReadTimeout and WriteTimeout not -2) is used as given. For any other
+// *redis.Client, New opens its own client to the same node from a copy of
+// its options with just those settings corrected (same address, dialer,
+// credentials and TLS), and Close closes it; hooks added to the given
+// client do not see the Locker's requests then. Other UniversalClient
+// implementations are used as given; the scripts are safe under a client
+// retry (an acquire retried on its own key answers "ours").
 //
 // New rejects an empty node list, a nil client, the same client or the same
 // address given twice, and invalid options, with an error naming each
@@ -92,7 +106,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		if cfg.guard {
 			switch c.(type) {
 			case *redis.ClusterClient, *redis.Ring:
-				errs = append(errs, fmt.Errorf("nodes[%d] is a %T: with the amnesia guard each node must be one master (a *redis.Client)", i, c))
+				errs = append(errs, fmt.Errorf("nodes[%d] is a %T: with the restart guard each node must be one master (a *redis.Client)", i, c))
 			}
 		}
 		l.nodes[i] = node{client: c, addr: addr}
@@ -103,13 +117,87 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("quorum: New: %w", errors.Join(errs...))
 	}
+	for i := range l.nodes {
+		if c, ok := l.nodes[i].client.(*redis.Client); ok {
+			if own := ownClient(c); own != nil {
+				l.nodes[i].client, l.nodes[i].own = own, own
+			}
+		}
+	}
 	l.cfg = cfg
 	l.acquireScript = redis.NewScript(acquireSrc)
 	l.releaseScript = redis.NewScript(releaseSrc)
 	l.extendScript = redis.NewScript(extendSrc)
 	l.ttlArg = cfg.ttl.Milliseconds()
 	l.windowArg = cfg.window.Milliseconds()
+	l.durableArg = "0"
+	if cfg.durable {
+		l.durableArg = "1"
+	}
 	return l, nil
+}
+
+// ownClient returns a new client to c's node when c's options let a request
+// outlive its context's deadline or retry it, else nil.
+func ownClient(c *redis.Client) *redis.Client {
+	o := c.Options() // as processed by NewClient: MaxRetries 0 means none
+	if o.ContextTimeoutEnabled && o.MaxRetries == 0 && o.ReadTimeout >= 0 && o.WriteTimeout >= 0 {
+		return nil
+	}
+	cp := *o
+	cp.ContextTimeoutEnabled = true
+	cp.MaxRetries = -1
+	// Processed 0 means "no timeout", -1 "no deadline at all"; unprocessed
+	// -1 means "no timeout" and lets the context's deadline apply.
+	if cp.ReadTimeout <= 0 {
+		cp.ReadTimeout = -1
+	}
+	if cp.WriteTimeout <= 0 {
+		cp.WriteTimeout = -1
+	}
+	// State that belongs to the given client alone.
+	cp.ClientSideCache, cp.ClientSideCacheConfig, cp.PushNotificationProcessor = nil, nil, nil
+	return redis.NewClient(&cp)
+}
+
+// Close stops the Locker: it waits for every node request and background
+// release it started (each ends within one node timeout) and closes the
+// clients New opened. Lock, TryLock and Do fail with ErrClosed afterwards;
+// leases still held expire by their TTL. Close is idempotent.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	was := l.closed
+	l.closed = true
+	l.mu.Unlock()
+	l.bg.Wait()
+	if was {
+		return nil
+	}
+	var errs []error
+	for _, n := range l.nodes {
+		if n.own != nil {
+			errs = append(errs, n.own.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.closed
+}
+
+// track counts n background tasks, or returns false once the Locker is
+// closed.
+func (l *Locker) track(n int) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return false
+	}
+	l.bg.Add(n)
+	return true
 }
 
 func isNilClient(c redis.UniversalClient) bool {
@@ -126,9 +214,15 @@ func isNilClient(c redis.UniversalClient) bool {
 	return false
 }
 
+// failoverAddr is the address go-redis reports for every Sentinel failover
+// client: it names no master, so it cannot tell two masters apart.
+const failoverAddr = "FailoverClient"
+
 func addrOf(c redis.UniversalClient) string {
 	if c, ok := c.(*redis.Client); ok {
-		return c.Options().Addr
+		if a := c.Options().Addr; a != failoverAddr {
+			return a
+		}
 	}
 	return ""
 }
@@ -156,7 +250,7 @@ func (l *Locker) checkKey(key string) error {
 	case "":
 		return errors.New("quorum: empty key")
 	case BootMarkerKey:
-		return fmt.Errorf("quorum: key %q is reserved for the amnesia marker", key)
+		return fmt.Errorf("quorum: key %q is reserved for the restart marker", key)
 	}
 	return nil
 }
@@ -166,6 +260,9 @@ func (l *Locker) checkKey(key string) error {
 func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait time.Duration, wg *sync.WaitGroup) (*Lease, error) {
 	if err := l.checkKey(key); err != nil {
 		return nil, err
+	}
+	if l.isClosed() {
+		return nil, fmt.Errorf("quorum: lock %q: %w", key, ErrClosed)
 	}
 	start := time.Now()
 	var deadline time.Time
@@ -193,7 +290,7 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 			lastErr, canceled = ctxError(ctx, "lock", key), true
 			break
 		}
-		if !retryable || (attempts > 0 && n >= attempts) {
+		if !retryable || (attempts > 0 && n >= attempts) || l.isClosed() {
 			break
 		}
 		d := backoffDelay(n-1, l.cfg.retry.BaseDelay, l.cfg.retry.MaxDelay, mrand.Int64N)
@@ -249,16 +346,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Node states during one attempt.
-const (
-	stPending uint8 = iota
-	stOK
-	stHeld
-	stWarming
-	stFailed   // answered with an error: the request may or may not have been applied
-	stTimedOut // no answer by the deadline: the answer is still to come
-)
-
 // attempt makes one acquisition attempt. retryable is false when the error
 // must not be retried (the Fencer failed).
 func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (lease *Lease, err error, retryable bool) {
@@ -267,140 +354,119 @@ func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (l
 	var args []any
 	if l.cfg.guard {
 		keys = []string{key, BootMarkerKey}
-		args = []any{token, l.ttlArg, l.windowArg}
+		args = []any{token, l.ttlArg, l.windowArg, l.durableArg}
 	} else {
 		keys = []string{key}
 		args = []any{token, l.ttlArg}
 	}
 	start := time.Now() // before the first request leaves
 	c := l.fanOut(ctx, OpAcquire, start.Add(l.cfg.nodeTimeout), l.acquireScript, keys, args, nil, wg)
-
-	n := len(l.nodes)
-	var stBuf [16]uint8 // node states; on the stack for up to 16 nodes
-	var st []uint8
-	if n <= len(stBuf) {
-		st = stBuf[:n]
-	} else {
-		st = make([]uint8, n)
-	}
-	t := newTally(n)
-	read := 0
-	var nodeErrs []NodeError
-	fail := func(i int, err error) {
-		t.failed++
-		nodeErrs = append(nodeErrs, l.nodeError(i, err))
-	}
-	for t.verdict() == undecided && t.answered() < n {
-		r, ok := c.next()
-		if !ok {
-			err := c.timeoutError()
-			for i, s := range st {
-				if s == stPending {
-					st[i] = stTimedOut
-					fail(i, err)
-				}
-			}
-			break
-		}
-		read++
-		switch {
-		case r.err != nil:
-			st[r.node] = stFailed
-			fail(r.node, r.err)
-		case r.val == 1:
-			st[r.node] = stOK
-			t.ok++
-		case r.val < 0:
-			st[r.node] = stWarming
-			fail(r.node, warmingError(r.val))
-		default:
-			st[r.node] = stHeld
-			t.held++
-		}
-	}
-	elapsed := time.Since(start)
+	var stBuf [16]uint8 // node states on the stack for up to 16 nodes
+	v := l.collect(c, true, classifyAcquire, stBuf[:])
 	var reason string
-	if t.verdict() == won {
-		if v := validity(l.cfg.ttl, elapsed, l.cfg.drift); v > 0 {
-			lease = newLease(l, key, token, start, start.Add(v), c, wg)
+	if v.t.verdict() == won {
+		if until := l.cfg.leaseEnd(start, l.cfg.ttl); time.Now().Before(until) {
+			lease = newLease(l, key, token, start, until, c, wg)
 			if l.cfg.fencer == nil {
 				return lease, nil, true
 			}
-			return l.fence(ctx, lease, st, read, c)
+			return l.fence(ctx, lease, &v, c)
 		}
-		reason = fmt.Sprintf("the vote took %v and left no validity", elapsed.Round(time.Microsecond))
+		reason = fmt.Sprintf("the vote took %v and left no validity", time.Since(start).Round(time.Microsecond))
 	}
-	qe := &QuorumError{Op: OpAcquire, Key: key, N: n, Quorum: l.quorum, Confirmed: t.ok, Held: t.held, Nodes: nodeErrs, Reason: reason, Err: t.cause()}
+	sentinel := v.t.cause()
 	if reason != "" {
-		qe.Err = ErrQuorumUnavailable
+		sentinel = ErrQuorumUnavailable
 	}
-	l.releaseFailed(ctx, key, token, st, read, c, wg)
+	qe := l.quorumError(OpAcquire, key, v.t.ok, v.t.held, v.errs, reason, sentinel)
+	l.undo(ctx, key, token, &v, c, wg)
 	return nil, qe, true
 }
 
-// fence asks the Fencer for the lease's fence token. A failure releases the
-// lease and is not retried; running out of validity meanwhile releases it and
-// may be retried.
-func (l *Locker) fence(ctx context.Context, lease *Lease, st []uint8, read int, c *call) (*Lease, error, bool) {
-	f, err := l.cfg.fencer.Next(ctx, lease.key)
+// classifyAcquire reads the acquire script's answer.
+func classifyAcquire(val int64) (uint8, error) {
+	switch {
+	case val == 1:
+		return stYes, nil
+	case val == 0:
+		return stNo, nil
+	case val < 0:
+		return stFailed, warmingError(val)
+	}
+	return stFailed, fmt.Errorf("quorum: unexpected acquire answer %d", val)
+}
+
+// fence asks the Fencer for the lease's fence token, with the lease's
+// validity as deadline. A failure releases the lease and is not retried;
+// running out of validity meanwhile releases it and may be retried.
+func (l *Locker) fence(ctx context.Context, lease *Lease, v *vote, c *call) (*Lease, error, bool) {
+	fctx, cancel := context.WithDeadline(ctx, lease.until)
+	f, err := l.cfg.fencer.Next(fctx, lease.key)
+	cancel()
 	if err == nil && time.Now().Before(lease.until) {
 		lease.fence = f
 		return lease, nil, true
 	}
 	lease.stop()
-	l.releaseFailed(ctx, lease.key, lease.token, st, read, c, lease.wg)
-	if err != nil {
+	l.undo(ctx, lease.key, lease.token, v, c, lease.wg)
+	if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 		return nil, fmt.Errorf("quorum: lock %q: fence: %w", lease.key, err), false
 	}
-	return nil, &QuorumError{
-		Op: OpAcquire, Key: lease.key, N: len(l.nodes), Quorum: l.quorum, Confirmed: l.quorum,
-		Reason: "the fencer answered after the validity ran out", Err: ErrQuorumUnavailable,
-	}, true
+	return nil, l.quorumError(OpAcquire, lease.key, v.t.ok, v.t.held, nil, "the fencer answered after the validity ran out", ErrQuorumUnavailable), true
 }
 
-// releaseFailed undoes a failed attempt. The nodes that granted the lock are
-// released now (they answered quickly, so this is fast). The rest is left to
-// a background drain: nodes that answered with an error (the SET may have
-// been applied) are released at once, and every answer still to come is
-// awaited — which the attempt's deadline bounds — and released as soon as
-// it arrives if it granted the key or failed.
-func (l *Locker) releaseFailed(ctx context.Context, key, token string, st []uint8, read int, c *call, wg *sync.WaitGroup) {
-	var granted, failed []int
-	for i, s := range st {
-		switch s {
-		case stOK:
-			granted = append(granted, i)
-		case stFailed:
-			failed = append(failed, i)
+// undo releases what a failed attempt may have taken, in the background so
+// that Lock returns at once: nodes that granted the key or failed (the SET
+// may have been applied) are released now, and every answer still to come
+// is awaited (the attempt's deadline bounds it) and released as soon as it
+// arrives if it granted the key or failed. A release never overtakes the
+// node's own late SET, since it is sent only after that SET answered.
+func (l *Locker) undo(ctx context.Context, key, token string, v *vote, c *call, wg *sync.WaitGroup) {
+	var now []int
+	for i, s := range v.st {
+		if s == stYes || s == stFailed {
+			now = append(now, i)
 		}
 	}
-	base := context.WithoutCancel(ctx)
-	keys := []string{key}
-	args := []any{token}
-	if len(granted) > 0 {
-		l.release(base, keys, args, granted, wg)
+	unread := c.n - v.read
+	if len(now) == 0 && unread == 0 {
+		return
 	}
-	if unread := len(st) - read; unread > 0 || len(failed) > 0 {
-		if wg != nil {
-			wg.Add(1)
-		}
-		go l.drain(base, keys, args, failed, unread, c, wg)
+	if !l.track(1) {
+		return // closed: the keys expire by their TTL
 	}
+	if wg != nil {
+		wg.Add(1)
+	}
+	go l.drain(context.WithoutCancel(ctx), key, token, now, unread, c, wg)
 }
 
-// drain releases the failed nodes, then waits for the unread answers of c
-// and releases each node that granted the key or failed.
-func (l *Locker) drain(ctx context.Context, keys []string, args []any, failed []int, unread int, c *call, wg *sync.WaitGroup) {
+// drain releases the nodes in now, then waits for the unread answers of c
+// and releases each node that granted the key or failed. It gives up on
+// answers that have not come one node timeout after c's deadline (a client
+// that does not honour the deadline): those keys expire by their TTL.
+func (l *Locker) drain(ctx context.Context, key, token string, now []int, unread int, c *call, wg *sync.WaitGroup) {
+	defer l.bg.Done()
 	if wg != nil {
 		defer wg.Done()
 	}
-	if len(failed) > 0 {
-		l.release(ctx, keys, args, failed, wg)
+	keys, args := []string{key}, []any{token}
+	if len(now) > 0 {
+		l.release(ctx, keys, args, now, wg)
 	}
+	if unread == 0 {
+		return
+	}
+	t := time.NewTimer(time.Until(c.deadline) + l.cfg.nodeTimeout)
+	defer t.Stop()
 	for range unread {
-		r := <-c.results // every request of c returns by its deadline
-		if r.err != nil || r.val == 1 {
-			l.release(ctx, keys, args, []int{r.node}, wg)
+		select {
+		case r := <-c.results:
+			if r.err != nil || r.val == 1 {
+				l.release(ctx, keys, args, []int{r.node}, wg)
+			}
+		case <-t.C:
+			return
 		}
 	}
 }
@@ -410,152 +476,18 @@ func (l *Locker) drain(ctx context.Context, keys []string, args []any, failed []
 func (l *Locker) release(ctx context.Context, keys []string, args []any, targets []int, wg *sync.WaitGroup) {
 	start := time.Now()
 	c := l.fanOut(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, keys, args, targets, wg)
-	ev := ReleaseEvent{Key: keys[0]}
-	for got := 0; got < len(targets); got++ {
-		r, ok := c.next()
-		switch {
-		case !ok:
-			ev.Failed += len(targets) - got
-			got = len(targets)
-		case r.err != nil:
-			ev.Failed++
-		case r.val == 1:
-			ev.Released++
-		default:
-			ev.NotOwner++
-		}
-	}
-	ev.Duration = time.Since(start)
-	l.cfg.observer.ObserveRelease(ev)
+	var stBuf [16]uint8
+	v := l.collect(c, false, classifyRelease, stBuf[:])
+	l.cfg.observer.ObserveRelease(ReleaseEvent{Key: keys[0], Duration: time.Since(start), Released: v.t.ok, NotOwner: v.t.held, Failed: v.t.failed})
 }
 
-func (l *Locker) nodeError(i int, err error) NodeError {
-	return NodeError{Node: i, Addr: l.nodes[i].addr, Err: err}
-}
-
-// warmingError is the node error for the acquire script's answer -ms.
-func warmingError(v int64) error {
-	return fmt.Errorf("%w: %v left", ErrNodeWarming, time.Duration(-v)*time.Millisecond)
-}
-
-// nodeResult is one node's answer to one request.
-type nodeResult struct {
-	node int
-	val  int64
-	err  error
-}
-
-// call is one script run on a set of nodes at once, each request in its own
-// goroutine under a shared deadline. Answers arrive on results, which is
-// buffered so that no goroutine ever blocks on it; done is closed when every
-// request has returned. Each goroutine reports its own error to the
-// Observer, so a node that fails after the vote was decided is still seen.
-type call struct {
-	l        *Locker
-	op       Op
-	parent   context.Context // the caller's context
-	ctx      context.Context // parent with the call's deadline
-	cancel   context.CancelFunc
-	deadline time.Time
-	timeout  time.Duration // from the start to the deadline
-	script   *redis.Script
-	keys     []string
-	args     []any
-	results  chan nodeResult
-	done     chan struct{}
-	left     atomic.Int32
-	wg       *sync.WaitGroup
-}
-
-// fanOut starts the script on targets (all nodes when targets is nil).
-func (l *Locker) fanOut(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup) *call {
-	n := len(l.nodes)
-	if targets != nil {
-		n = len(targets)
+// classifyRelease reads the release script's answer.
+func classifyRelease(val int64) (uint8, error) {
+	switch val {
+	case 1:
+		return stYes, nil
+	case 0:
+		return stNo, nil
 	}
-	c := &call{l: l, op: op, parent: ctx, deadline: deadline, timeout: time.Until(deadline), script: s, keys: keys, args: args, results: make(chan nodeResult, n), done: make(chan struct{}), wg: wg}
-	c.ctx, c.cancel = context.WithDeadline(ctx, deadline)
-	if n == 0 {
-		c.cancel()
-		close(c.done)
-		return c
-	}
-	c.left.Store(int32(n))
-	if wg != nil {
-		wg.Add(n)
-	}
-	if targets == nil {
-		for i := range l.nodes {
-			go c.run(i)
-		}
-	} else {
-		for _, i := range targets {
-			go c.run(i)
-		}
-	}
-	return c
-}
-
-// isTimeout reports whether err means the node did not answer in time. The
-// socket deadline that go-redis derives from the call's context may fire a
-// moment before the context itself reports it, so the clock and the error's
-// kind count too.
-func isTimeout(c *call, err error) bool {
-	if c.ctx.Err() != nil || !time.Now().Before(c.deadline) || errors.Is(err, os.ErrDeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// timeoutError is the error of a node that did not answer by the call's
-// deadline: ErrNodeTimeout, or the caller's context error when the caller's
-// context ended first.
-func (c *call) timeoutError() error {
-	if err := c.parent.Err(); err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: no answer within %v", ErrNodeTimeout, c.timeout.Round(time.Millisecond))
-}
-
-// next returns the next answer. It returns false once the deadline passed
-// (or the parent context ended) and no answer is buffered. Answers that
-// arrived before the call's context was cancelled are always returned: the
-// last request cancels the context only after delivering its answer.
-func (c *call) next() (nodeResult, bool) {
-	select {
-	case r := <-c.results:
-		return r, true
-	case <-c.ctx.Done():
-		select {
-		case r := <-c.results:
-			return r, true
-		default:
-			return nodeResult{}, false
-		}
-	}
-}
-
-func (c *call) run(i int) {
-	v, err := c.script.Run(c.ctx, c.l.nodes[i].client, c.keys, c.args...).Int64()
-	if err != nil && c.parent.Err() == nil && isTimeout(c, err) {
-		// Cut off by the call's own deadline (or the client's socket
-		// timeout), not by the caller: keep context.DeadlineExceeded for
-		// the caller's own context.
-		err = fmt.Errorf("%w (%v)", ErrNodeTimeout, err)
-	}
-	switch {
-	case err != nil:
-		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.keys[0], Node: i, Addr: c.l.nodes[i].addr, Err: err})
-	case c.op == OpAcquire && v < 0:
-		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.keys[0], Node: i, Addr: c.l.nodes[i].addr, Err: warmingError(v)})
-	}
-	c.results <- nodeResult{node: i, val: v, err: err}
-	if c.left.Add(-1) == 0 {
-		c.cancel()
-		close(c.done)
-	}
-	if c.wg != nil {
-		c.wg.Done()
-	}
+	return stFailed, fmt.Errorf("quorum: unexpected release answer %d", val)
 }

@@ -44,11 +44,13 @@ type config struct {
 	fencer      Fencer
 	observer    Observer
 	guard       bool
+	durable     bool
 	window      time.Duration
 	watchdog    time.Duration
+	margin      time.Duration
 
-	nodeTimeoutSet, windowSet, watchdogSet bool
-	fencerNil, observerNil                 bool
+	nodeTimeoutSet, windowSet, watchdogSet, marginSet bool
+	fencerNil, observerNil                            bool
 }
 
 func defaultConfig() config {
@@ -77,8 +79,9 @@ func WithNodeTimeout(d time.Duration) Option {
 }
 
 // WithDriftFactor sets the clock drift allowance as a fraction of the TTL,
-// in [0, 0.5). Default 0.01. The validity of a lease is
-// TTL - elapsed - (TTL*drift + 2ms).
+// in [0, 0.5). Default 0.01. A lease ends at start + TTL - (TTL*drift + 2ms),
+// where start is taken before the first request left (so the time the vote
+// took is already inside it).
 func WithDriftFactor(f float64) Option { return func(c *config) { c.drift = f } }
 
 // WithRetry sets how Lock retries. Default: no attempt limit, BaseDelay
@@ -102,29 +105,79 @@ func WithObserver(o Observer) Option {
 	return func(c *config) { c.observer, c.observerNil = o, o == nil }
 }
 
-// WithAmnesiaGuard turns the amnesia guard on (the default) or off.
+// WithAmnesiaGuard turns the restart guard on (the default) or off.
 //
-// With the guard on, a node that has no marker key (BootMarkerKey) — because
-// it restarted without its data, or is brand new — does not vote until the
-// amnesia window has passed on its own clock since the marker was stamped.
-// This is the "delayed restart" that Redlock needs when nodes do not persist
-// every write. Turn it off only when every node runs with appendfsync always
-// (see the package documentation).
+// With the guard on, a node votes only once it has been up for the restart
+// window (WithAmnesiaWindow), measured on its own clock and read in the same
+// script as the vote (its uptime); until then it answers ErrNodeWarming.
+// This is Redlock's "delayed restart": any lease the node granted before it
+// restarted has expired by then, whatever the node kept of its data, so a
+// restart from an old snapshot or a lost AOF tail cannot cause a double
+// grant. Nodes that have been up for longer than the window vote at once,
+// also on first contact. Two exceptions let a young node vote: TrustNode
+// (an operator vouches for the running process) and WithDurableNodes.
+//
+// Turn it off only when every node runs with appendfsync always and no
+// client may ever see a node that lost data; WithDurableNodes is the
+// safer way to skip the wait after clean restarts.
 func WithAmnesiaGuard(on bool) Option { return func(c *config) { c.guard = on } }
 
-// WithAmnesiaWindow sets how long a node without data stays out of the vote.
-// It must be at least the longest TTL any lease on these nodes can have (a
-// lease's TTL here, or in Lease.Extend). Default: the TTL.
+// WithDurableNodes declares that every node persists each write before it
+// acknowledges it (appendonly yes, appendfsync always). With the guard on, a
+// node inside its restart window then votes when its AOF is on and its
+// restart marker (BootMarkerKey, written once the node is past the window)
+// survived the restart, which shows it kept its data. A node that came back
+// without its data has no marker and waits out the window. Declaring it for
+// nodes that use appendfsync everysec or RDB snapshots is unsafe. Default
+// false.
+func WithDurableNodes(on bool) Option { return func(c *config) { c.durable = on } }
+
+// WithAmnesiaWindow sets the restart window: how long after it (re)started a
+// node stays out of the vote. It must be at least the longest TTL any lease
+// on these nodes can have (a lease's TTL here, or in Lease.Extend). Default:
+// the TTL.
 func WithAmnesiaWindow(d time.Duration) Option {
 	return func(c *config) { c.window, c.windowSet = d, true }
 }
 
 // WithWatchdogInterval sets how often Do extends its lease. Default TTL/3
 // (or less when a long node timeout requires it). It must leave time for an
-// extension before the validity runs out:
-// interval < TTL - 2*nodeTimeout - (TTL*drift + 2ms).
+// extension before the safety margin begins:
+// interval + margin < TTL - 2*nodeTimeout - (TTL*drift + 2ms).
 func WithWatchdogInterval(d time.Duration) Option {
 	return func(c *config) { c.watchdog, c.watchdogSet = d, true }
+}
+
+// WithSafetyMargin sets how long before a lease's Until Do cancels its
+// function's context when the watchdog could not extend the lease, so the
+// function stops touching the resource while the lease is still valid.
+// Default TTL/10. It must leave room for an extension:
+// watchdog interval + margin < TTL - 2*nodeTimeout - (TTL*drift + 2ms).
+func WithSafetyMargin(d time.Duration) Option {
+	return func(c *config) { c.margin, c.marginSet = d, true }
+}
+
+// leaseEnd is the end of a lease whose vote (or extension) started at start
+// with ttl: start + ttl - (ttl*drift + 2ms). start is taken before the first
+// request leaves, so the elapsed time is already accounted for.
+func (c *config) leaseEnd(start time.Time, ttl time.Duration) time.Time {
+	return start.Add(validity(ttl, 0, c.drift))
+}
+
+// checkTTL is the one timing rule for a lease TTL, for WithTTL and for
+// Lease.Extend alike: at least 10ms, room to acquire (or extend) and then
+// extend again within the validity (2*nodeTimeout + drift allowance < TTL),
+// and, with the guard on, no longer than the restart window.
+func (c *config) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl < 10*time.Millisecond:
+		return fmt.Errorf("TTL must be at least 10ms, got %v", ttl)
+	case 2*c.nodeTimeout+driftAllowance(ttl, c.drift) >= ttl:
+		return fmt.Errorf("TTL %v is too short for the node timeout %v: a lease must be extendable within its validity (2*node timeout + drift allowance %v < TTL)", ttl, c.nodeTimeout, driftAllowance(ttl, c.drift))
+	case c.guard && ttl > c.window:
+		return fmt.Errorf("TTL %v exceeds the restart window %v", ttl, c.window)
+	}
+	return nil
 }
 
 // resolve fills the derived defaults and validates the configuration,
@@ -155,15 +208,14 @@ func (c *config) resolve() error {
 		bad("WithObserver: observer is nil")
 	}
 
-	ttlOK := c.ttl >= 10*time.Millisecond
-	if !ttlOK {
+	if c.ttl < 10*time.Millisecond {
 		bad("TTL must be at least 10ms, got %v", c.ttl)
 	}
 	driftOK := !math.IsNaN(c.drift) && c.drift >= 0 && c.drift < 0.5
 	if !driftOK {
 		bad("drift factor must be in [0, 0.5), got %v", c.drift)
 	}
-	if !ttlOK || !driftOK {
+	if c.ttl < 10*time.Millisecond || !driftOK {
 		return errors.Join(errs...) // the remaining checks depend on both
 	}
 	c.ttl = c.ttl.Truncate(time.Millisecond) // PX has millisecond granularity
@@ -173,25 +225,36 @@ func (c *config) resolve() error {
 	if !c.windowSet {
 		c.window = c.ttl
 	}
+	if !c.marginSet {
+		c.margin = c.ttl / 10
+	}
 	allowance := driftAllowance(c.ttl, c.drift)
+	limit := c.ttl - 2*c.nodeTimeout - allowance // time to extend in
 	if !c.watchdogSet {
-		c.watchdog = min(c.ttl/3, (c.ttl-2*c.nodeTimeout-allowance)/2)
+		c.watchdog = min(c.ttl/3, (limit-c.margin)/2)
 	}
 	switch {
 	case c.nodeTimeout <= 0:
 		bad("node timeout must be > 0, got %v", c.nodeTimeout)
 	case c.nodeTimeout >= c.ttl:
 		bad("node timeout %v must be shorter than the TTL %v", c.nodeTimeout, c.ttl)
-	case 2*c.nodeTimeout+allowance >= c.ttl:
-		bad("node timeout %v is too long for the TTL %v: a lease must be extendable within its validity (2*node timeout + drift allowance %v < TTL)", c.nodeTimeout, c.ttl, allowance)
+	default:
+		if err := c.checkTTL(c.ttl); err != nil {
+			bad("%v", err)
+			if !c.watchdogSet {
+				return errors.Join(errs...) // the derived watchdog means nothing
+			}
+		}
 	}
-	if c.guard && c.window < c.ttl {
-		bad("amnesia window %v must be at least the TTL %v", c.window, c.ttl)
+	if c.margin < 0 {
+		bad("safety margin must be >= 0, got %v", c.margin)
 	}
-	if c.watchdog <= 0 {
+	if c.watchdog <= 0 && !c.watchdogSet {
+		bad("safety margin %v leaves no time to extend: watchdog interval plus safety margin must stay below %v (TTL - 2*node timeout - drift allowance)", c.margin, limit)
+	} else if c.watchdog <= 0 {
 		bad("watchdog interval must be > 0, got %v", c.watchdog)
-	} else if limit := c.ttl - 2*c.nodeTimeout - allowance; c.watchdog >= limit {
-		bad("watchdog interval %v leaves no time to extend: it must be below %v (TTL - 2*node timeout - drift allowance)", c.watchdog, limit)
+	} else if c.margin >= 0 && c.watchdog+c.margin >= limit {
+		bad("watchdog interval %v plus safety margin %v leaves no time to extend: they must stay below %v (TTL - 2*node timeout - drift allowance)", c.watchdog, c.margin, limit)
 	}
 	return errors.Join(errs...)
 }

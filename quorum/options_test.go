@@ -1,6 +1,8 @@
 package quorum_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -57,7 +59,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"drift NaN", five, []quorum.Option{quorum.WithDriftFactor(math.NaN())}, "drift factor"},
 		{"zero node timeout", five, []quorum.Option{quorum.WithNodeTimeout(0)}, "node timeout must be > 0"},
 		{"node timeout = ttl", five, []quorum.Option{quorum.WithTTL(time.Second), quorum.WithNodeTimeout(time.Second)}, "shorter than the TTL"},
-		{"node timeout eats validity", five, []quorum.Option{quorum.WithTTL(time.Second), quorum.WithNodeTimeout(495 * time.Millisecond)}, "too long for the TTL"},
+		{"node timeout eats validity", five, []quorum.Option{quorum.WithTTL(time.Second), quorum.WithNodeTimeout(495 * time.Millisecond)}, "too short for the node timeout"},
 		{"negative attempts", five, []quorum.Option{quorum.WithRetry(quorum.Retry{Attempts: -1, BaseDelay: time.Millisecond, MaxDelay: time.Second})}, "attempts must be >= 0"},
 		{"zero base delay", five, []quorum.Option{quorum.WithRetry(quorum.Retry{Attempts: 3, MaxDelay: time.Second})}, "base delay must be > 0"},
 		{"max below base", five, []quorum.Option{quorum.WithRetry(quorum.Retry{Attempts: 3, BaseDelay: time.Second, MaxDelay: time.Millisecond})}, "max delay"},
@@ -66,7 +68,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"nil fencer", five, []quorum.Option{quorum.WithFencer(nil)}, "fencer is nil"},
 		{"nil observer", five, []quorum.Option{quorum.WithObserver(nil)}, "observer is nil"},
 		{"nil option", five, []quorum.Option{nil}, "option 0 is nil"},
-		{"window below ttl", five, []quorum.Option{quorum.WithTTL(time.Second), quorum.WithAmnesiaWindow(500 * time.Millisecond)}, "amnesia window"},
+		{"window below ttl", five, []quorum.Option{quorum.WithTTL(time.Second), quorum.WithAmnesiaWindow(500 * time.Millisecond)}, "exceeds the restart window"},
+		{"negative safety margin", five, []quorum.Option{quorum.WithSafetyMargin(-time.Millisecond)}, "safety margin must be >= 0"},
+		{"margin eats the watchdog", five, []quorum.Option{quorum.WithTTL(time.Second), quorum.WithSafetyMargin(900 * time.Millisecond)}, "plus safety margin"},
 		{"zero watchdog", five, []quorum.Option{quorum.WithWatchdogInterval(0)}, "watchdog interval must be > 0"},
 		{"watchdog too slow", five, []quorum.Option{quorum.WithTTL(time.Second), quorum.WithWatchdogInterval(990 * time.Millisecond)}, "leaves no time to extend"},
 	}
@@ -109,7 +113,7 @@ func TestNewAcceptsValidConfig(t *testing.T) {
 		"defaults":              {offlineClients(t, 5), nil},
 		"one node":              {offlineClients(t, 1), nil},
 		"short ttl":             {offlineClients(t, 3), []quorum.Option{quorum.WithTTL(100 * time.Millisecond)}},
-		"everything":            {offlineClients(t, 5), []quorum.Option{quorum.WithTTL(2 * time.Second), quorum.WithNodeTimeout(20 * time.Millisecond), quorum.WithDriftFactor(0.02), quorum.WithRetry(quorum.Retry{Attempts: 5, BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}), quorum.WithMaxWait(0), quorum.WithAmnesiaWindow(5 * time.Second), quorum.WithWatchdogInterval(500 * time.Millisecond), quorum.WithObserver(quorum.NopObserver{})}},
+		"everything":            {offlineClients(t, 5), []quorum.Option{quorum.WithTTL(2 * time.Second), quorum.WithNodeTimeout(20 * time.Millisecond), quorum.WithDriftFactor(0.02), quorum.WithRetry(quorum.Retry{Attempts: 5, BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}), quorum.WithMaxWait(0), quorum.WithAmnesiaWindow(5 * time.Second), quorum.WithWatchdogInterval(500 * time.Millisecond), quorum.WithSafetyMargin(200 * time.Millisecond), quorum.WithDurableNodes(true), quorum.WithObserver(quorum.NopObserver{})}},
 		"cluster without guard": {[]redis.UniversalClient{cluster}, []quorum.Option{quorum.WithAmnesiaGuard(false)}},
 	}
 	for name, c := range cases {
@@ -121,6 +125,9 @@ func TestNewAcceptsValidConfig(t *testing.T) {
 			if l == nil {
 				t.Fatal("nil Locker")
 			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 	l, err := quorum.New(offlineClients(t, 3), quorum.WithTTL(15*time.Millisecond+500*time.Microsecond))
@@ -129,5 +136,55 @@ func TestNewAcceptsValidConfig(t *testing.T) {
 	}
 	if got := l.TTL(); got != 15*time.Millisecond {
 		t.Fatalf("TTL() = %v, want 15ms", got)
+	}
+	_ = l.Close()
+}
+
+// Sentinel failover clients all report the address "FailoverClient":
+// distinct masters behind Sentinel are not duplicates, the same client
+// given twice still is.
+func TestNewAcceptsDistinctFailoverClients(t *testing.T) {
+	var nodes []redis.UniversalClient
+	for _, m := range []string{"m1", "m2", "m3"} {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: m, SentinelAddrs: []string{"127.0.0.1:1"}, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		nodes = append(nodes, c)
+	}
+	l, err := quorum.New(nodes)
+	if err != nil {
+		t.Fatalf("distinct failover clients rejected: %v", err)
+	}
+	_ = l.Close()
+	if _, err := quorum.New([]redis.UniversalClient{nodes[0], nodes[1], nodes[0]}); err == nil || !strings.Contains(err.Error(), "same client") {
+		t.Fatalf("the same failover client twice: %v", err)
+	}
+}
+
+// After Close, Lock, TryLock and Do fail at once with ErrClosed, and Close
+// may be called again.
+func TestClose(t *testing.T) {
+	l, err := quorum.New(offlineClients(t, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	if _, err := l.Lock(ctx, "k"); !errors.Is(err, quorum.ErrClosed) {
+		t.Fatalf("Lock after Close: %v", err)
+	}
+	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, quorum.ErrClosed) {
+		t.Fatalf("TryLock after Close: %v", err)
+	}
+	if err := l.Do(ctx, "k", func(context.Context, *quorum.Lease) error { return nil }); !errors.Is(err, quorum.ErrClosed) {
+		t.Fatalf("Do after Close: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("calls after Close took %v", d)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }

@@ -27,7 +27,13 @@ type rig struct {
 
 func newRig(t testing.TB) *rig {
 	t.Helper()
-	bed := testbed.Start(t, testbed.Options{Redis: 5})
+	return newRigWith(t, testbed.Options{Redis: 5})
+}
+
+// newRigWith is newRig on a bed started with o.
+func newRigWith(t testing.TB, o testbed.Options) *rig {
+	t.Helper()
+	bed := testbed.Start(t, o)
 	r := &rig{bed: bed, nodes: bed.Redis}
 	for i := range bed.Redis {
 		r.clients = append(r.clients, r.newClient(t, i))
@@ -122,13 +128,14 @@ func (r *rig) reconnectAdmin(t testing.TB, i int) {
 	r.admin[i] = a
 }
 
-// warm marks every node as one that has never held a lock, so the amnesia
-// guard lets it vote at once (what an operator does on brand-new nodes).
+// warm vouches for every node as one that has never held a lock, so the
+// restart guard lets it vote at once (what an operator does on brand-new
+// nodes).
 func (r *rig) warm(t testing.TB) {
 	t.Helper()
 	ctx := ctxT(t, 10*time.Second)
 	for i, a := range r.admin {
-		if err := a.Set(ctx, quorum.BootMarkerKey, "0", 0).Err(); err != nil {
+		if err := quorum.TrustNode(ctx, a); err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
 	}
@@ -147,6 +154,7 @@ func (r *rig) locker(t testing.TB, opts ...quorum.Option) *quorum.Locker {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 

@@ -3,6 +3,7 @@ package quorum_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 // Each Lua script on its own, against one real Redis master.
 func TestScripts(t *testing.T) {
 	bed := testbed.Start(t, testbed.Options{Redis: 1})
-	node := bed.Redis[0]
 	rdb := bed.RedisClients(t)[0]
 	acquire := redis.NewScript(quorum.AcquireSource)
 	release := redis.NewScript(quorum.ReleaseSource)
@@ -70,9 +70,6 @@ func TestScripts(t *testing.T) {
 		if v := run(t, acquire, []string{k}, "tok-b", px.Milliseconds()); v != 0 {
 			t.Fatalf("held key: got %d, want 0", v)
 		}
-		if v := run(t, acquire, []string{k}, "tok-a", px.Milliseconds()); v != 0 {
-			t.Fatalf("held by the same token: got %d, want 0 (each attempt draws a new token)", v)
-		}
 		if got := get(t, k); got != "tok-a" {
 			t.Fatalf("a refused acquire changed the value to %q", got)
 		}
@@ -95,104 +92,167 @@ func TestScripts(t *testing.T) {
 		}
 	})
 
-	t.Run("AcquireGuardStampsMissingMarker", func(t *testing.T) {
-		if err := rdb.Del(ctx, quorum.BootMarkerKey).Err(); err != nil {
-			t.Fatal(err)
-		}
-		k := "s:acq:guard"
-		before, err := node.Time(ctx)
+	// The node's uptime in whole seconds and its run_id, from INFO.
+	info := func(t *testing.T, c *redis.Client) (int64, string) {
+		t.Helper()
+		s, err := c.Info(ctx, "server").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := run(t, acquire, []string{k, quorum.BootMarkerKey}, "tok", 5000, 60000)
-		if v != -60000 {
-			t.Fatalf("missing marker: got %d, want -60000 (warming, whole window left)", v)
+		var up int64 = -1
+		var id string
+		for _, line := range strings.Split(s, "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "uptime_in_seconds:"); ok {
+				up, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+				id = v
+			}
 		}
-		after, err := node.Time(ctx)
+		if up < 0 || id == "" {
+			t.Fatalf("INFO server without uptime or run_id:\n%s", s)
+		}
+		return up, id
+	}
+	guarded := func(t *testing.T, c *redis.Client, k, tok string, window time.Duration, durable bool) int64 {
+		t.Helper()
+		d := "0"
+		if durable {
+			d = "1"
+		}
+		v, err := acquire.Run(ctx, c, []string{k, quorum.BootMarkerKey}, tok, 5000, window.Milliseconds(), d).Int64()
+		if err != nil {
+			t.Fatalf("script: %v", err)
+		}
+		return v
+	}
+	setMarker := func(t *testing.T, c *redis.Client, v string) {
+		t.Helper()
+		var err error
+		if v == "" {
+			err = c.Del(ctx, quorum.BootMarkerKey).Err()
+		} else {
+			err = c.Set(ctx, quorum.BootMarkerKey, v, 0).Err()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		stamp, err := strconv.ParseInt(get(t, quorum.BootMarkerKey), 10, 64)
-		if err != nil {
-			t.Fatalf("marker is not a number: %v", err)
+	}
+	const longWindow = 10 * time.Minute // far above the bed's uptime
+
+	t.Run("AcquireIsSafeUnderAClientRetry", func(t *testing.T) {
+		// A client that retries the script after a lost answer finds its
+		// own token: that is a vote for us, and the TTL is not refreshed.
+		const px = 5 * time.Minute
+		k := "s:acq:retry"
+		if v := run(t, acquire, []string{k}, "tok-r", px.Milliseconds()); v != 1 {
+			t.Fatalf("free key: got %d, want 1", v)
 		}
-		if stamp < before.UnixMilli() || stamp > after.UnixMilli() {
-			t.Fatalf("marker %d is not the node's TIME (between %d and %d)", stamp, before.UnixMilli(), after.UnixMilli())
+		if err := rdb.PExpire(ctx, k, 4*time.Minute).Err(); err != nil {
+			t.Fatal(err)
 		}
-		if d, _ := rdb.PTTL(ctx, quorum.BootMarkerKey).Result(); d != -1 {
-			t.Fatalf("marker PTTL %v, want none", d)
+		if v := run(t, acquire, []string{k}, "tok-r", px.Milliseconds()); v != 1 {
+			t.Fatalf("retried on its own key: got %d, want 1", v)
+		}
+		if d := pttl(t, k); d > 4*time.Minute {
+			t.Fatalf("the retry refreshed the TTL to %v", d)
+		}
+		if v := run(t, acquire, []string{k}, "tok-other", px.Milliseconds()); v != 0 {
+			t.Fatalf("another token: got %d, want 0", v)
+		}
+	})
+
+	t.Run("GuardKeepsAYoungNodeOutOfTheVote", func(t *testing.T) {
+		setMarker(t, rdb, "")
+		k := "s:acq:young"
+		before, _ := info(t, rdb)
+		v := guarded(t, rdb, k, "tok", longWindow, false)
+		after, _ := info(t, rdb)
+		// -v is the window minus (uptime-1)s, for the uptime the script saw.
+		lo := longWindow.Milliseconds() - (after-1)*1000
+		hi := longWindow.Milliseconds() - (before-1)*1000
+		if -v < lo || -v > hi {
+			t.Fatalf("got %d, want -r with r in [%d, %d]", v, lo, hi)
 		}
 		if got := get(t, k); got != "<absent>" {
 			t.Fatalf("a warming node wrote the lock key: %q", got)
 		}
-		v = run(t, acquire, []string{k, quorum.BootMarkerKey}, "tok", 5000, 60000)
-		if v >= 0 || v < -60000 {
-			t.Fatalf("young marker: got %d, want warming with at most 60000ms left", v)
+		if got := get(t, quorum.BootMarkerKey); got != "<absent>" {
+			t.Fatalf("a warming node wrote the marker: %q", got)
 		}
-		if got := get(t, quorum.BootMarkerKey); got != strconv.FormatInt(stamp, 10) {
-			t.Fatalf("a young marker was restamped: %q, was %d", got, stamp)
-		}
-	})
-
-	t.Run("AcquireGuardVotesAfterWindow", func(t *testing.T) {
-		if err := rdb.Del(ctx, quorum.BootMarkerKey).Err(); err != nil {
-			t.Fatal(err)
-		}
-		k := "s:acq:window"
-		if v := run(t, acquire, []string{k, quorum.BootMarkerKey}, "tok", 5000, 300); v != -300 {
-			t.Fatalf("got %d, want -300", v)
-		}
-		now, err := node.Time(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stamp, _ := strconv.ParseInt(get(t, quorum.BootMarkerKey), 10, 64)
-		// Wait until the node's own clock says the window has passed.
-		for i := 0; now.UnixMilli() < stamp+300; i++ {
-			if i > 100 {
-				t.Fatal("node clock did not advance past the window")
-			}
-			time.Sleep(20 * time.Millisecond)
-			if now, err = node.Time(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if v := run(t, acquire, []string{k, quorum.BootMarkerKey}, "tok", 5000, 300); v != 1 {
-			t.Fatalf("after the window: got %d, want 1", v)
-		}
-		if got := get(t, k); got != "tok" {
-			t.Fatalf("value %q", got)
+		// A marker from another process (an old snapshot's, a stale
+		// vouch) does not let it vote.
+		setMarker(t, rdb, "0123456789abcdef0123456789abcdef01234567")
+		if v := guarded(t, rdb, k, "tok", longWindow, false); v >= 0 {
+			t.Fatalf("a foreign marker: got %d, want < 0", v)
 		}
 	})
 
-	t.Run("AcquireGuardAcceptsOldMarker", func(t *testing.T) {
-		if err := rdb.Set(ctx, quorum.BootMarkerKey, "0", 0).Err(); err != nil {
+	t.Run("GuardTrustsTheVouchedProcess", func(t *testing.T) {
+		if err := quorum.TrustNode(ctx, rdb); err != nil {
 			t.Fatal(err)
 		}
-		if v := run(t, acquire, []string{"s:acq:old", quorum.BootMarkerKey}, "tok", 5000, 60000); v != 1 {
-			t.Fatalf("got %d, want 1", v)
+		_, id := info(t, rdb)
+		if got := get(t, quorum.BootMarkerKey); got != id {
+			t.Fatalf("marker %q, want the run_id %q", got, id)
+		}
+		if v := guarded(t, rdb, "s:acq:vouched", "tok", longWindow, false); v != 1 {
+			t.Fatalf("vouched node: got %d, want 1", v)
 		}
 	})
 
-	t.Run("AcquireGuardRestampsFutureOrGarbageMarker", func(t *testing.T) {
-		now, err := node.Time(ctx)
-		if err != nil {
-			t.Fatal(err)
+	t.Run("DurableNodesTrustAMarkerThatSurvived", func(t *testing.T) {
+		// The bed's node runs appendonly yes: a marker from an earlier
+		// process shows the data survived the restart.
+		setMarker(t, rdb, "0123456789abcdef0123456789abcdef01234567")
+		if v := guarded(t, rdb, "s:acq:durable", "tok", longWindow, true); v != 1 {
+			t.Fatalf("durable, marker kept: got %d, want 1", v)
 		}
-		for _, marker := range []string{strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10), "garbage"} {
-			if err := rdb.Set(ctx, quorum.BootMarkerKey, marker, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if v := run(t, acquire, []string{"s:acq:future", quorum.BootMarkerKey}, "tok", 5000, 60000); v != -60000 {
-				t.Fatalf("marker %q: got %d, want -60000", marker, v)
-			}
-			stamp, err := strconv.ParseInt(get(t, quorum.BootMarkerKey), 10, 64)
-			if err != nil || stamp > now.Add(time.Minute).UnixMilli() || stamp < now.UnixMilli() {
-				t.Fatalf("marker %q was restamped to %d (%v), want the node's TIME near %d", marker, stamp, err, now.UnixMilli())
-			}
+		setMarker(t, rdb, "")
+		if v := guarded(t, rdb, "s:acq:durable:2", "tok", longWindow, true); v >= 0 {
+			t.Fatalf("durable, marker lost: got %d, want < 0", v)
 		}
-		if err := rdb.Set(ctx, quorum.BootMarkerKey, "0", 0).Err(); err != nil {
-			t.Fatal(err)
+		if got := get(t, quorum.BootMarkerKey); got != "<absent>" {
+			t.Fatalf("a warming durable node stamped the marker: %q", got)
+		}
+	})
+
+	t.Run("GuardLetsANodeUpForTheWindowVote", func(t *testing.T) {
+		// First contact with a node that has been up longer than the
+		// window: no marker, and it votes at once.
+		setMarker(t, rdb, "")
+		deadline := time.Now().Add(slow(time.Minute))
+		for up, _ := info(t, rdb); up < 3; up, _ = info(t, rdb) {
+			if time.Now().After(deadline) {
+				t.Fatalf("uptime still %ds", up)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if v := guarded(t, rdb, "s:acq:old", "tok", time.Second, false); v != 1 {
+			t.Fatalf("node up for the window: got %d, want 1", v)
+		}
+		if got := get(t, quorum.BootMarkerKey); got != "<absent>" {
+			t.Fatalf("the non-durable guard wrote a marker: %q", got)
+		}
+		// Durable nodes past the window get a marker: their own run_id.
+		if v := guarded(t, rdb, "s:acq:old:durable", "tok", time.Second, true); v != 1 {
+			t.Fatalf("durable node up for the window: got %d, want 1", v)
+		}
+		if _, id := info(t, rdb); get(t, quorum.BootMarkerKey) != id {
+			t.Fatalf("marker %q, want the run_id %q", get(t, quorum.BootMarkerKey), id)
+		}
+	})
+
+	t.Run("DurableNeedsTheAOF", func(t *testing.T) {
+		// A node declared durable that runs without an AOF (an RDB
+		// snapshot keeps old markers and loses recent keys) is not
+		// trusted on its marker.
+		nb := testbed.Start(t, testbed.Options{Redis: 1, AppendFsync: testbed.FsyncOff})
+		c := nb.RedisClients(t)[0]
+		setMarker(t, c, "0123456789abcdef0123456789abcdef01234567")
+		if v := guarded(t, c, "s:acq:noaof", "tok", longWindow, true); v >= 0 {
+			t.Fatalf("durable without AOF, old marker: got %d, want < 0", v)
 		}
 	})
 

@@ -11,7 +11,7 @@
 //	quorumlock_acquire_duration_seconds{result}    time spent in Lock/TryLock/Do acquiring
 //	quorumlock_acquire_attempts                    attempts per acquisition
 //	quorumlock_node_errors_total{op,node}          failed node requests (node: address or index)
-//	quorumlock_extend_total{result}                extensions: ok, lost, canceled
+//	quorumlock_extend_total{result}                extensions: ok, lost, unconfirmed, canceled
 //	quorumlock_extend_duration_seconds             time an extension took
 //	quorumlock_release_nodes_total{result}         per node: released, not_owner, failed
 //	quorumlock_lease_lost_total{reason}            leases lost: expired, extend_failed
@@ -22,6 +22,7 @@
 package quorumprom
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -62,19 +63,20 @@ var (
 // Observer is a quorum.Observer that updates Prometheus metrics. It is safe
 // for concurrent use.
 type Observer struct {
-	acquireTotal    map[quorum.Result]prometheus.Counter
-	acquireDuration map[quorum.Result]prometheus.Observer
-	attempts        prometheus.Histogram
-	nodeErrors      *prometheus.CounterVec
-	extendOK        prometheus.Counter
-	extendLost      prometheus.Counter
-	extendCanceled  prometheus.Counter
-	extendDuration  prometheus.Histogram
-	released        prometheus.Counter
-	notOwner        prometheus.Counter
-	releaseFailed   prometheus.Counter
-	lost            map[quorum.LostReason]prometheus.Counter
-	heldSeconds     prometheus.Histogram
+	acquireTotal      map[quorum.Result]prometheus.Counter
+	acquireDuration   map[quorum.Result]prometheus.Observer
+	attempts          prometheus.Histogram
+	nodeErrors        *prometheus.CounterVec
+	extendOK          prometheus.Counter
+	extendLost        prometheus.Counter
+	extendCanceled    prometheus.Counter
+	extendUnconfirmed prometheus.Counter
+	extendDuration    prometheus.Histogram
+	released          prometheus.Counter
+	notOwner          prometheus.Counter
+	releaseFailed     prometheus.Counter
+	lost              map[quorum.LostReason]prometheus.Counter
+	heldSeconds       prometheus.Histogram
 }
 
 var _ quorum.Observer = (*Observer)(nil)
@@ -105,7 +107,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	acquireDuration := prometheus.NewHistogramVec(hist("acquire_duration_seconds", "Time spent acquiring, retries included, by result.", o.buckets), []string{"result"})
 	attempts := prometheus.NewHistogram(hist("acquire_attempts", "Attempts per acquisition.", []float64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89}))
 	nodeErrors := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("node_errors_total", "Failed node requests by operation and node.")), []string{"op", "node"})
-	extendTotal := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("extend_total", "Extensions by result: ok, lost (the lease is lost), canceled.")), []string{"result"})
+	extendTotal := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("extend_total", "Extensions by result: ok, lost (the lease is lost), unconfirmed (no majority answered; the lease is kept, possibly shortened), canceled.")), []string{"result"})
 	extendDuration := prometheus.NewHistogram(hist("extend_duration_seconds", "Time an extension took.", o.buckets))
 	releaseNodes := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("release_nodes_total", "Node answers to releases: released, not_owner (the key had expired or belonged to another owner), failed.")), []string{"result"})
 	lost := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("lease_lost_total", "Leases lost while held, by reason.")), []string{"reason"})
@@ -118,19 +120,20 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	}
 
 	obs := &Observer{
-		acquireTotal:    map[quorum.Result]prometheus.Counter{},
-		acquireDuration: map[quorum.Result]prometheus.Observer{},
-		attempts:        attempts,
-		nodeErrors:      nodeErrors,
-		extendOK:        extendTotal.WithLabelValues("ok"),
-		extendLost:      extendTotal.WithLabelValues("lost"),
-		extendCanceled:  extendTotal.WithLabelValues("canceled"),
-		extendDuration:  extendDuration,
-		released:        releaseNodes.WithLabelValues("released"),
-		notOwner:        releaseNodes.WithLabelValues("not_owner"),
-		releaseFailed:   releaseNodes.WithLabelValues("failed"),
-		lost:            map[quorum.LostReason]prometheus.Counter{},
-		heldSeconds:     heldSeconds,
+		acquireTotal:      map[quorum.Result]prometheus.Counter{},
+		acquireDuration:   map[quorum.Result]prometheus.Observer{},
+		attempts:          attempts,
+		nodeErrors:        nodeErrors,
+		extendOK:          extendTotal.WithLabelValues("ok"),
+		extendLost:        extendTotal.WithLabelValues("lost"),
+		extendCanceled:    extendTotal.WithLabelValues("canceled"),
+		extendUnconfirmed: extendTotal.WithLabelValues("unconfirmed"),
+		extendDuration:    extendDuration,
+		released:          releaseNodes.WithLabelValues("released"),
+		notOwner:          releaseNodes.WithLabelValues("not_owner"),
+		releaseFailed:     releaseNodes.WithLabelValues("failed"),
+		lost:              map[quorum.LostReason]prometheus.Counter{},
+		heldSeconds:       heldSeconds,
 	}
 	// Resolve every label value once, so that events never allocate and
 	// every series exists (at zero) from the start.
@@ -169,8 +172,10 @@ func (o *Observer) ObserveExtend(e quorum.ExtendEvent) {
 		o.extendOK.Inc()
 	case errors.Is(e.Err, quorum.ErrLeaseLost):
 		o.extendLost.Inc()
-	default:
+	case errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
 		o.extendCanceled.Inc()
+	default:
+		o.extendUnconfirmed.Inc()
 	}
 	o.extendDuration.Observe(e.Duration.Seconds())
 }

@@ -39,6 +39,7 @@ func TestEventsBecomeMetrics(t *testing.T) {
 	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 5})
 	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 1, Err: &quorum.QuorumError{Err: quorum.ErrLeaseLost}})
 	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Err: context.Canceled})
+	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 2, Err: &quorum.QuorumError{Err: quorum.ErrExtendUnconfirmed}})
 	o.ObserveRelease(quorum.ReleaseEvent{Key: "k", Released: 3, NotOwner: 1, Failed: 1})
 	o.ObserveRelease(quorum.ReleaseEvent{Key: "k", NotOwner: 5})
 	o.ObserveLost(quorum.LostEvent{Key: "k", Reason: quorum.LostExpired, Held: 3 * time.Second})
@@ -55,6 +56,7 @@ func TestEventsBecomeMetrics(t *testing.T) {
 		`quorumlock_extend_total{result="canceled"}`:                      1,
 		`quorumlock_extend_total{result="lost"}`:                          1,
 		`quorumlock_extend_total{result="ok"}`:                            1,
+		`quorumlock_extend_total{result="unconfirmed"}`:                   1,
 		`quorumlock_release_nodes_total{result="failed"}`:                 1,
 		`quorumlock_release_nodes_total{result="not_owner"}`:              6,
 		`quorumlock_release_nodes_total{result="released"}`:               3,
@@ -63,7 +65,7 @@ func TestEventsBecomeMetrics(t *testing.T) {
 		`quorumlock_acquire_duration_seconds_count`:                       3,
 		`quorumlock_acquire_attempts_count`:                               3,
 		`quorumlock_acquire_attempts_sum`:                                 7,
-		`quorumlock_extend_duration_seconds_count`:                        3,
+		`quorumlock_extend_duration_seconds_count`:                        4,
 		`quorumlock_lease_held_seconds_count`:                             1,
 		`quorumlock_lease_held_seconds_sum`:                               3,
 	} {
@@ -144,7 +146,7 @@ func TestWithLocker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, c := range nodes {
-		if err := c.Set(ctx, quorum.BootMarkerKey, "0", 0).Err(); err != nil {
+		if err := quorum.TrustNode(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,6 +162,7 @@ func TestWithLocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	lease, err := l.Lock(ctx, "prom")
 	if err != nil {
 		t.Fatal(err)

@@ -1,38 +1,62 @@
--- acquire: SET the lock key to the token unless it exists, after checking the
--- node's amnesia marker when the guard is on.
+-- acquire: SET the lock key to the token unless it exists, once the node
+-- passes the restart guard (when the guard is on).
 --
 -- KEYS[1]  lock key
--- KEYS[2]  amnesia marker key (present only when the guard is on)
+-- KEYS[2]  restart marker key (present only when the guard is on)
 -- ARGV[1]  token
 -- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  amnesia window in milliseconds (present only when the guard is on)
+-- ARGV[3]  restart window in milliseconds (guard on only)
+-- ARGV[4]  "1" when the operator declared the nodes durable, else "0"
+--          (guard on only)
 --
 -- Returns
---    1  the key was set to the token (this node votes for us)
---    0  the key exists (held by another owner, or any other value)
---   -r  the node is warming up: it has no valid marker, or its marker is
---       younger than the window; r is the number of milliseconds left.
---       Nothing is written to the lock key in this case.
+--    1  the key holds the token: set now, or already ours (this script was
+--       retried by the client after a first run whose answer was lost)
+--    0  the key holds another value (another owner)
+--   -r  the node may not vote yet: it (re)started less than the window ago
+--       on its own clock and is not known to have kept its data; r is an
+--       upper bound of the milliseconds left. Nothing is written then.
 --
--- The marker holds the node's own TIME in milliseconds from the moment a
--- client first found the node without one. A node that lost its data lost
--- the marker too, so it cannot vote until the window has passed on its own
--- clock. A marker in the future (the node's clock went back) is restamped.
+-- The restart guard is Redlock's delayed restart, read atomically with the
+-- vote: a node votes once it has been up for the window (uptime from INFO,
+-- on the node's own clock). Before that it votes only if the marker holds
+-- its current run_id (an operator vouched for this very process, see
+-- quorum.TrustNode), or if the nodes are declared durable, the AOF is on,
+-- and the marker survived the restart (the data was kept). A durable node
+-- past the window gets a marker, so that it can vote at once after a
+-- restart that keeps its data. No number is formatted here, so 32-bit
+-- builds (where %d overflows) behave the same.
 if KEYS[2] then
-  local window = tonumber(ARGV[3])
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local stamp = tonumber(redis.call('GET', KEYS[2]))
-  if stamp == nil or stamp > now then
-    redis.call('SET', KEYS[2], string.format('%d', now))
-    return -window
+  local info = redis.call('INFO', 'server')
+  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  local runid = string.match(info, 'run_id:(%x+)')
+  if up == nil or runid == nil then
+    return redis.error_reply('quorumlock: INFO server has no uptime_in_seconds or run_id')
   end
-  local age = now - stamp
-  if age < window then
-    return -(window - age)
+  local window = tonumber(ARGV[3])
+  local durable = ARGV[4] == '1'
+  -- uptime_in_seconds is a difference of whole seconds: the time actually
+  -- elapsed since the start is more than up - 1 seconds.
+  local safe = (up - 1) * 1000
+  if safe < window then
+    local marker = redis.call('GET', KEYS[2])
+    local trusted = marker == runid
+    if not trusted and durable and marker then
+      local p = redis.call('INFO', 'persistence')
+      trusted = string.match(p, 'aof_enabled:1') ~= nil
+    end
+    if not trusted then
+      return -(window - safe)
+    end
+  elseif durable and redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('SET', KEYS[2], runid)
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+-- pcall: a key of another type answers an error table, which is not ours.
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0

@@ -1,0 +1,258 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// nodeResult is one node's answer to one request.
+type nodeResult struct {
+	node int
+	val  int64
+	err  error
+}
+
+// call is one script run on a set of nodes at once, each request in its own
+// goroutine under a shared deadline. Answers arrive on results, which is
+// buffered so that no goroutine ever blocks on it; done is closed when every
+// request has returned. Each goroutine reports its own error to the
+// Observer, so a node that fails after the vote was decided is still seen.
+//
+// Every operation (acquire, extend, unlock, release) goes through fanOut
+// and collect: this is the only place that talks to the nodes.
+type call struct {
+	l        *Locker
+	op       Op
+	parent   context.Context // the caller's context
+	ctx      context.Context // parent with the call's deadline
+	cancel   context.CancelFunc
+	deadline time.Time
+	timeout  time.Duration // from the start to the deadline
+	script   *redis.Script
+	keys     []string
+	args     []any
+	n        int   // requests sent
+	targets  []int // the nodes asked; nil means every node
+	results  chan nodeResult
+	done     chan struct{}
+	left     atomic.Int32
+	wg       *sync.WaitGroup
+}
+
+// fanOut starts the script on targets (all nodes when targets is nil). Each
+// request is counted in the Locker's background group (so that Close waits
+// for it) and in wg when wg is not nil. After Close, no request is sent and
+// every target answers ErrClosed at once.
+func (l *Locker) fanOut(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup) *call {
+	n := len(l.nodes)
+	if targets != nil {
+		n = len(targets)
+	}
+	c := &call{l: l, op: op, parent: ctx, deadline: deadline, timeout: time.Until(deadline), script: s, keys: keys, args: args, n: n, targets: targets, results: make(chan nodeResult, n), done: make(chan struct{}), wg: wg}
+	c.ctx, c.cancel = context.WithDeadline(ctx, deadline)
+	if n == 0 {
+		c.cancel()
+		close(c.done)
+		return c
+	}
+	if !l.track(n) {
+		for i := range n {
+			node := i
+			if targets != nil {
+				node = targets[i]
+			}
+			c.results <- nodeResult{node: node, err: ErrClosed}
+		}
+		c.cancel()
+		close(c.done)
+		return c
+	}
+	c.left.Store(int32(n))
+	if wg != nil {
+		wg.Add(n)
+	}
+	if targets == nil {
+		for i := range l.nodes {
+			go c.run(i)
+		}
+	} else {
+		for _, i := range targets {
+			go c.run(i)
+		}
+	}
+	return c
+}
+
+// isTimeout reports whether err means the node did not answer in time. The
+// socket deadline that go-redis derives from the call's context may fire a
+// moment before the context itself reports it, so the clock and the error's
+// kind count too.
+func isTimeout(c *call, err error) bool {
+	if c.ctx.Err() != nil || !time.Now().Before(c.deadline) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// timeoutError is the error of a node that did not answer by the call's
+// deadline: ErrNodeTimeout, or the caller's context error when the caller's
+// context ended first.
+func (c *call) timeoutError() error {
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: no answer within %v", ErrNodeTimeout, c.timeout.Round(time.Millisecond))
+}
+
+// next returns the next answer. It returns false once the deadline passed
+// (or the parent context ended) and no answer is buffered. Answers that
+// arrived before the call's context was cancelled are always returned: the
+// last request cancels the context only after delivering its answer.
+func (c *call) next() (nodeResult, bool) {
+	select {
+	case r := <-c.results:
+		return r, true
+	case <-c.ctx.Done():
+		select {
+		case r := <-c.results:
+			return r, true
+		default:
+			return nodeResult{}, false
+		}
+	}
+}
+
+func (c *call) run(i int) {
+	v, err := c.script.Run(c.ctx, c.l.nodes[i].client, c.keys, c.args...).Int64()
+	if err != nil && c.parent.Err() == nil && isTimeout(c, err) {
+		// Cut off by the call's own deadline (or the client's socket
+		// timeout), not by the caller: keep context.DeadlineExceeded for
+		// the caller's own context.
+		err = fmt.Errorf("%w (%v)", ErrNodeTimeout, err)
+	}
+	switch {
+	case err != nil:
+		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.keys[0], Node: i, Addr: c.l.nodes[i].addr, Err: err})
+	case c.op == OpAcquire && v < 0:
+		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.keys[0], Node: i, Addr: c.l.nodes[i].addr, Err: warmingError(v)})
+	}
+	c.results <- nodeResult{node: i, val: v, err: err}
+	if c.left.Add(-1) == 0 {
+		c.cancel()
+		close(c.done)
+	}
+	if c.wg != nil {
+		c.wg.Done()
+	}
+	c.l.bg.Done()
+}
+
+// Node states during one vote.
+const (
+	stPending  uint8 = iota
+	stYes            // granted, extended or released
+	stNo             // held by another owner, or the token was not there
+	stFailed         // answered with an error: the request may or may not have been applied
+	stTimedOut       // no answer by the deadline: the answer is still to come
+)
+
+// vote is the outcome of collecting one call's answers.
+type vote struct {
+	t    tally
+	st   []uint8     // per node (indexed by node); only targets change
+	errs []NodeError // nodes that failed, timed out or were warming
+	read int         // answers read from the call
+}
+
+// classifier maps a node's successful answer to stYes or stNo, or returns
+// a node error (stFailed) for answers that are neither.
+type classifier func(val int64) (uint8, error)
+
+// collect reads c's answers into a vote. With early it stops as soon as the
+// vote is decided (a majority of all nodes said yes, or can no longer);
+// otherwise it reads every target. It never waits past the call's deadline
+// (or the caller's context): targets still unanswered then are stTimedOut.
+// stBuf, when long enough, holds the node states without allocating.
+func (l *Locker) collect(c *call, early bool, classify classifier, stBuf []uint8) vote {
+	n := len(l.nodes)
+	var v vote
+	if n <= len(stBuf) {
+		v.st = stBuf[:n]
+		clear(v.st)
+	} else {
+		v.st = make([]uint8, n)
+	}
+	v.t = newTally(n)
+	targets := c.n
+	for v.read < targets && !(early && v.t.verdict() != undecided) {
+		r, ok := c.next()
+		if !ok {
+			err := c.timeoutError()
+			timedOut := func(i int) {
+				if v.st[i] == stPending {
+					v.st[i] = stTimedOut
+					v.t.failed++
+					v.errs = append(v.errs, l.nodeError(i, err))
+				}
+			}
+			if c.targets == nil {
+				for i := range n {
+					timedOut(i)
+				}
+			} else {
+				for _, i := range c.targets {
+					timedOut(i)
+				}
+			}
+			break
+		}
+		v.read++
+		if r.err != nil {
+			v.st[r.node] = stFailed
+			v.t.failed++
+			v.errs = append(v.errs, l.nodeError(r.node, r.err))
+			continue
+		}
+		s, err := classify(r.val)
+		switch {
+		case err != nil:
+			v.st[r.node] = stFailed
+			v.t.failed++
+			v.errs = append(v.errs, l.nodeError(r.node, err))
+		case s == stYes:
+			v.st[r.node] = stYes
+			v.t.ok++
+		default:
+			v.st[r.node] = stNo
+			v.t.held++
+		}
+	}
+	return v
+}
+
+// quorumError is the one place that builds a *QuorumError: confirmed and
+// held count the nodes that said yes and no (for Unlock, over every try).
+func (l *Locker) quorumError(op Op, key string, confirmed, held int, errs []NodeError, reason string, sentinel error) *QuorumError {
+	return &QuorumError{
+		Op: op, Key: key, N: len(l.nodes), Quorum: l.quorum,
+		Confirmed: confirmed, Held: held, Nodes: errs, Reason: reason, Err: sentinel,
+	}
+}
+
+func (l *Locker) nodeError(i int, err error) NodeError {
+	return NodeError{Node: i, Addr: l.nodes[i].addr, Err: err}
+}
+
+// warmingError is the node error for the acquire script's answer -ms.
+func warmingError(v int64) error {
+	return fmt.Errorf("%w: %v left", ErrNodeWarming, time.Duration(-v)*time.Millisecond)
+}

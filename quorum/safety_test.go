@@ -1,0 +1,483 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// withLatency delays every reply of every node by d until the test ends
+// (or the returned function runs).
+func (r *rig) withLatency(t *testing.T, d time.Duration) (remove func()) {
+	t.Helper()
+	for i, n := range r.nodes {
+		if err := n.AddLatency(ctxT(t, 30*time.Second), d); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	var once sync.Once
+	remove = func() {
+		once.Do(func() {
+			for i, n := range r.nodes {
+				if err := n.AddLatency(context.Background(), 0); err != nil {
+					t.Errorf("node %d: %v", i, err)
+				}
+			}
+		})
+	}
+	t.Cleanup(remove)
+	return remove
+}
+
+// A lease ends at start + TTL - drift allowance, start being taken before
+// the first request left: the time the vote took is not subtracted again.
+func TestUntilCountsTheVoteOnce(t *testing.T) {
+	r := newRig(t)
+	const ttl = 5 * time.Minute
+	allowance := time.Duration(float64(ttl)*quorum.DefaultDriftFactor) + 2*time.Millisecond
+	l := r.locker(t, quorum.WithTTL(ttl))
+	k := key(t)
+	if _, err := l.TryLock(ctxT(t, 10*time.Second), k+":warm"); err != nil {
+		t.Fatal(err)
+	}
+	// Every answer takes at least 100ms, so a vote takes that long.
+	r.withLatency(t, 100*time.Millisecond)
+	bracket := func(what string, until, before, after time.Time) {
+		t.Helper()
+		lo, hi := before.Add(ttl-allowance), after.Add(ttl-allowance)
+		if until.Before(lo) || until.After(hi) {
+			t.Fatalf("%s: Until is %v after the call started, want within [%v, %v]",
+				what, until.Sub(before), ttl-allowance, after.Sub(before)+ttl-allowance)
+		}
+	}
+	before := time.Now()
+	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Sub(before) < 100*time.Millisecond {
+		t.Fatalf("the vote took %v: the latency was not in effect", after.Sub(before))
+	}
+	bracket("Lock", lease.Until(), before, after)
+	before = time.Now()
+	err = lease.Extend(ctxT(t, 10*time.Second), ttl)
+	after = time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bracket("Extend", lease.Until(), before, after)
+	_ = lease.Unlock(ctxT(t, 10*time.Second))
+}
+
+// An Extend to a shorter TTL whose context ends before the answers come
+// may have been applied by the nodes: the lease must not claim validity
+// past what they may have applied, so it never overlaps the next holder.
+func TestCancelledExtendNeverOverstatesTheLease(t *testing.T) {
+	r := newRig(t)
+	ttl, short := slow(6*time.Second), slow(time.Second)
+	l := r.locker(t, quorum.WithTTL(ttl), quorum.WithNodeTimeout(slow(200*time.Millisecond)))
+	k := key(t)
+	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Load the extend script on every node first, so that the delayed
+	// extension below is applied at once and only its answers are late.
+	if err := lease.Extend(ctxT(t, 10*time.Second), ttl); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the token is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+	remove := r.withLatency(t, slow(300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+	start := time.Now()
+	err = lease.Extend(ctx, short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, quorum.ErrExtendUnconfirmed) {
+		t.Fatalf("got %v, want context.DeadlineExceeded and ErrExtendUnconfirmed", err)
+	}
+	if u := lease.Until(); u.After(start.Add(short)) {
+		t.Fatalf("Until is %v after the unclear extension to %v started", u.Sub(start), short)
+	}
+	remove()
+	// Once the nodes dropped the key, another Locker takes it: by then
+	// the first lease must no longer say it is valid.
+	eventually(t, 30*time.Second, "a majority dropped the key", func() bool { return r.count(t, k, "") >= 3 })
+	other := r.locker(t, quorum.WithTTL(ttl))
+	var second *quorum.Lease
+	for try := 0; second == nil; try++ {
+		second, err = other.TryLock(ctxT(t, 10*time.Second), k)
+		if err != nil && try == 20 {
+			t.Fatalf("the second Locker never got the key: %v", err)
+		}
+	}
+	if now := time.Now(); now.Before(lease.Until()) && lease.Err() == nil {
+		t.Fatalf("two valid leases: the first still claims %v more", lease.Until().Sub(now))
+	}
+	_ = second.Unlock(ctxT(t, 10*time.Second))
+}
+
+// Do reports a lease whose token vanished from a majority while fn ran,
+// even when no extension ran to notice: the final Unlock finds out.
+func TestDoReportsALostLease(t *testing.T) {
+	r := newRig(t)
+	// The watchdog's first extension is far away.
+	l := r.locker(t, quorum.WithTTL(5*time.Minute))
+	forget := func(t *testing.T, k, token string) {
+		eventually(t, time.Minute, "the token is on every node", func() bool { return r.count(t, k, token) == 5 })
+		for _, i := range []int{0, 2, 4} { // restarted or evicted
+			if err := r.admin[i].Del(ctxT(t, 10*time.Second), k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	k := key(t)
+	err := l.Do(ctxT(t, time.Minute), k, func(ctx context.Context, lease *quorum.Lease) error {
+		forget(t, k, lease.Token())
+		return nil
+	})
+	if !errors.Is(err, quorum.ErrLeaseLost) {
+		t.Fatalf("Do: %v, want ErrLeaseLost", err)
+	}
+	boom := errors.New("fn failed")
+	err = l.Do(ctxT(t, time.Minute), k+":2", func(ctx context.Context, lease *quorum.Lease) error {
+		forget(t, k+":2", lease.Token())
+		return boom
+	})
+	if !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, boom) {
+		t.Fatalf("Do: %v, want fn's error joined with ErrLeaseLost", err)
+	}
+	// A lease that was kept reports nothing.
+	if err := l.Do(ctxT(t, time.Minute), k+":3", func(context.Context, *quorum.Lease) error { return nil }); err != nil {
+		t.Fatalf("Do with the lease kept: %v", err)
+	}
+}
+
+// One failed extension round with most of the validity left is retried;
+// fn keeps running when a retry gets through.
+func TestDoRetriesAnUnclearExtension(t *testing.T) {
+	r := newRig(t)
+	rec := &recorder{}
+	l := r.locker(t, quorum.WithTTL(slow(4*time.Second)), quorum.WithNodeTimeout(slow(200*time.Millisecond)), quorum.WithObserver(rec))
+	k := key(t)
+	unconfirmed := func() int {
+		n := 0
+		for _, e := range rec.snapshot().extends {
+			if errors.Is(e.Err, quorum.ErrExtendUnconfirmed) {
+				n++
+			}
+		}
+		return n
+	}
+	confirmed := func() int {
+		n := 0
+		for _, e := range rec.snapshot().extends {
+			if e.Err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	err := l.Do(ctxT(t, time.Minute), k, func(ctx context.Context, lease *quorum.Lease) error {
+		heal := r.partition(t, 0, 2, 4)
+		eventually(t, 10*time.Second, "an extension round failed", func() bool { return unconfirmed() > 0 })
+		ok := confirmed()
+		heal()
+		eventually(t, 10*time.Second, "a retried extension got through", func() bool { return confirmed() > ok })
+		if err := context.Cause(ctx); err != nil {
+			return fmt.Errorf("fn was cancelled: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+}
+
+// Clients that let a request outlive its context (no context timeouts,
+// blocking reads, retries) still see every node call end at the node
+// timeout: Lock, Unlock and Do return, and no goroutine is left once the
+// Locker is closed.
+func TestClientsThatIgnoreDeadlines(t *testing.T) {
+	r := newRig(t)
+	var clients []redis.UniversalClient
+	for _, n := range r.nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true, ReadTimeout: -1, WriteTimeout: -1}) // MaxRetries: 3
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	l, err := quorum.New(clients, quorum.WithTTL(slow(10*time.Second)), quorum.WithNodeTimeout(slow(300*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := key(t)
+	// Connections and scripts first, then cut two nodes off.
+	if err := l.Do(ctxT(t, time.Minute), k+":warm", func(context.Context, *quorum.Lease) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	r.partition(t, 3, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Do(ctxT(t, time.Minute), k, func(context.Context, *quorum.Lease) error { return nil })
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+	case <-time.After(slow(20 * time.Second)):
+		t.Fatal("Do did not return: a node call outlived the node timeout")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	noQuorumGoroutines(t, 50*time.Millisecond)
+}
+
+// releaseGate is a client hook that holds every release request until the
+// gate opens (or the request's context ends).
+type releaseGate struct {
+	sha      string
+	open     chan struct{}
+	started  atomic.Int32
+	finished atomic.Int64 // UnixNano of the first release that passed
+}
+
+func (g *releaseGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *releaseGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (g *releaseGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) > 1 && fmt.Sprint(args[1]) == g.sha {
+			g.started.Add(1)
+			select {
+			case <-g.open:
+			case <-ctx.Done():
+			}
+			g.finished.CompareAndSwap(0, time.Now().UnixNano())
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A failed attempt is undone in the background: Lock returns at the
+// verdict, not after the release of the nodes that granted.
+func TestFailedAttemptReturnsBeforeItsRelease(t *testing.T) {
+	r := newRig(t)
+	gate := &releaseGate{sha: redis.NewScript(quorum.ReleaseSource).Hash(), open: make(chan struct{})}
+	l, err := quorum.New(r.hookedClients(t, gate), quorum.WithNodeTimeout(slow(time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	k := key(t)
+	r.setOn(t, k, "other-owner", 10*time.Minute, 2, 3, 4)
+	_, err = l.TryLock(ctxT(t, 10*time.Second), k)
+	returned := time.Now()
+	if !errors.Is(err, quorum.ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrNotAcquired", err)
+	}
+	eventually(t, 10*time.Second, "the undo started", func() bool { return gate.started.Load() > 0 })
+	if f := gate.finished.Load(); f != 0 && time.Unix(0, f).Before(returned) {
+		t.Fatal("TryLock returned only after the release of the granted nodes")
+	}
+	close(gate.open)
+	eventually(t, 10*time.Second, "the granted nodes are released", func() bool {
+		return slices.Equal(r.values(t, k)[:2], []string{"", ""})
+	})
+}
+
+// uptimes returns every node's uptime in whole seconds.
+func (r *rig) uptimes(t *testing.T) []int64 {
+	t.Helper()
+	var out []int64
+	for i, a := range r.admin {
+		s, err := a.Info(ctxT(t, 10*time.Second), "server").Result()
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		var up int64 = -1
+		for _, line := range strings.Split(s, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+				up, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		out = append(out, up)
+	}
+	return out
+}
+
+// The restart guard follows Redlock's delayed restart: a node that
+// restarted votes only once it has been up for the window, whatever data
+// it came back with; nodes up for longer than that vote at once.
+func TestRestartGuard(t *testing.T) {
+	const ttl = 5 * time.Minute // the first lease outlives every step
+
+	// A node restarted from an older RDB snapshot keeps the marker and
+	// loses the lock key. The guard on refuses its vote; off (the negative
+	// control), the lock is granted twice.
+	for _, guard := range []bool{true, false} {
+		t.Run(fmt.Sprintf("OldSnapshot/guard=%v", guard), func(t *testing.T) {
+			r := newRigWith(t, testbed.Options{Redis: 5, AppendFsync: testbed.FsyncOff})
+			for i, a := range r.admin {
+				if err := a.Save(ctxT(t, 30*time.Second)).Err(); err != nil {
+					t.Fatalf("node %d: SAVE: %v", i, err)
+				}
+			}
+			opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaGuard(guard)}
+			first, second := r.locker(t, opts...), r.locker(t, opts...)
+			k := key(t)
+			lease := holdOnExactMajority(t, r, first, k)
+			ctx := ctxT(t, time.Minute)
+			if err := r.nodes[2].Kill(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.nodes[2].Restart(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			r.reconnectAdmin(t, 2)
+			if r.value(t, k, 2) != "" || r.value(t, quorum.BootMarkerKey, 2) == "" {
+				t.Fatalf("node 2 did not come back from its snapshot: key %q, marker %q", r.value(t, k, 2), r.value(t, quorum.BootMarkerKey, 2))
+			}
+			var double *quorum.Lease
+			warming := false
+			for i := 0; i < 10 && double == nil; i++ {
+				got, err := second.TryLock(ctxT(t, 10*time.Second), k)
+				if err == nil {
+					double = got
+					break
+				}
+				warming = warming || errors.Is(err, quorum.ErrNodeWarming)
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !guard {
+				if double == nil {
+					t.Fatal("no double grant without the guard: the snapshot scenario was not reproduced")
+				}
+				if now := time.Now(); !now.Before(lease.Until()) || !now.Before(double.Until()) {
+					t.Fatal("the two leases were not valid at the same time")
+				}
+				return
+			}
+			if double != nil {
+				t.Fatalf("double grant after a restart from a snapshot: values %q", r.values(t, k))
+			}
+			if !warming {
+				t.Fatal("node 2 never answered warming")
+			}
+			if lease.Err() != nil {
+				t.Fatalf("first lease: %v", lease.Err())
+			}
+		})
+	}
+
+	// Declared durable (appendfsync always), a node that restarted with
+	// its data votes at once; by default it waits out the window.
+	t.Run("DurableRestartWithData", func(t *testing.T) {
+		r := newRig(t)
+		durable := r.locker(t, quorum.WithTTL(ttl), quorum.WithDurableNodes(true))
+		plain := r.locker(t, quorum.WithTTL(ttl))
+		ctx := ctxT(t, time.Minute)
+		if err := r.nodes[2].Restart(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		r.reconnectAdmin(t, 2)
+		if r.value(t, quorum.BootMarkerKey, 2) == "" {
+			t.Fatal("node 2 lost its marker with appendfsync always")
+		}
+		r.settle(t, 2)
+		k := key(t)
+		lease, err := durable.Lock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Minute, "the restarted durable node votes", func() bool { return r.value(t, k, 2) == lease.Token() })
+		_ = lease.Unlock(ctx)
+		lease, err = plain.Lock(ctx, k+":plain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Minute, "every other node holds the key", func() bool { return r.count(t, k+":plain", lease.Token()) == 4 })
+		if got := r.value(t, k+":plain", 2); got != "" {
+			t.Fatalf("the restarted node voted inside the window without the durable declaration: %q", got)
+		}
+		_ = lease.Unlock(ctx)
+	})
+
+	// First contact with nodes that have been up for longer than the
+	// window grants at once, with no marker at all.
+	t.Run("FirstContactWithLongRunningNodes", func(t *testing.T) {
+		r := newRig(t)
+		window := slow(2 * time.Second)
+		for i, a := range r.admin {
+			if err := a.Del(ctxT(t, 10*time.Second), quorum.BootMarkerKey).Err(); err != nil {
+				t.Fatalf("node %d: %v", i, err)
+			}
+		}
+		need := int64(window/time.Second) + 2
+		eventually(t, time.Minute, "every node up for longer than the window", func() bool {
+			return slices.Min(r.uptimes(t)) >= need
+		})
+		l := r.locker(t, quorum.WithTTL(window), quorum.WithNodeTimeout(slow(500*time.Millisecond)))
+		lease, err := l.TryLock(ctxT(t, 10*time.Second), key(t))
+		if err != nil {
+			t.Fatalf("first contact: %v", err)
+		}
+		_ = lease.Unlock(ctxT(t, 10*time.Second))
+	})
+
+	// Young nodes nobody vouched for stay out of the vote until their
+	// uptime reaches the window, then Lock gets through.
+	t.Run("YoungNodesWarmUpThenVote", func(t *testing.T) {
+		r := newRig(t)
+		for i, a := range r.admin {
+			if err := a.Del(ctxT(t, 10*time.Second), quorum.BootMarkerKey).Err(); err != nil {
+				t.Fatalf("node %d: %v", i, err)
+			}
+		}
+		// A window a few seconds past the oldest node's uptime, and long
+		// enough for the node timeout.
+		nodeTimeout := slow(250 * time.Millisecond)
+		window := max(time.Duration(slices.Max(r.uptimes(t))+3)*time.Second, 5*nodeTimeout)
+		l := r.locker(t, quorum.WithTTL(window), quorum.WithNodeTimeout(nodeTimeout), quorum.WithMaxWait(slow(time.Minute)))
+		k := key(t)
+		_, err := l.TryLock(ctxT(t, 10*time.Second), k)
+		var qe *quorum.QuorumError
+		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) || len(qe.Nodes) < 3 {
+			t.Fatalf("got %v, want a majority of warming nodes", err)
+		}
+		for _, ne := range qe.Nodes {
+			if !errors.Is(ne, quorum.ErrNodeWarming) {
+				t.Fatalf("node error %v, want ErrNodeWarming", ne)
+			}
+		}
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatal("a warming node wrote the lock key")
+		}
+		lease, err := l.Lock(ctxT(t, slow(2*time.Minute)), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The nodes that voted were past the window: a majority is.
+		ups := r.uptimes(t)
+		slices.Sort(ups)
+		if third := ups[len(ups)-3]; time.Duration(third-1)*time.Second < window {
+			t.Fatalf("granted with uptimes %v, inside the %v window", ups, window)
+		}
+		_ = lease.Unlock(ctxT(t, 10*time.Second))
+	})
+}
