@@ -112,6 +112,7 @@ func TestLockUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	// Fresh nodes stay out of the vote for one window; wait that out.
 	waitLockable(t, ctx, l)
 
@@ -219,12 +220,14 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = a.Close() })
 			b, err := quorum.New(clientsOf(bed.RedisClients(t)), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = b.Close() })
 			if guard {
-				stampAndAge(t, ctx, bed, ttl)
+				trustBed(t, ctx, bed)
 			}
 			// Open both lockers' connections and load the script on every
 			// node, so the staged calls below are not first calls.
@@ -328,16 +331,14 @@ func waitLockable(t *testing.T, ctx context.Context, l *quorum.Locker) {
 	}
 }
 
-// stampAndAge makes every node's amnesia marker older than the window, as
-// on a cluster that has been up for a while, so the test need not wait.
-func stampAndAge(t *testing.T, ctx context.Context, bed *testbed.Bed, window time.Duration) {
+// trustBed vouches for every node of a bed that has never held a lock, as
+// an operator does on new nodes, so the test need not wait out the restart
+// window. The trust ends at a node's next restart.
+func trustBed(t *testing.T, ctx context.Context, bed *testbed.Bed) {
 	t.Helper()
 	for _, n := range bed.Redis {
 		c := n.Admin()
-		now, err := c.Time(ctx).Result()
-		if err == nil {
-			err = c.Set(ctx, quorum.BootMarkerKey, now.Add(-2*window).UnixMilli(), 0).Err()
-		}
+		err := quorum.TrustNode(ctx, c)
 		_ = c.Close()
 		if err != nil {
 			t.Fatal(err)

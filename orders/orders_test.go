@@ -417,6 +417,7 @@ func TestBusyLockIsNotAnOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = other.Close() })
 			held, err := other.Lock(context.Background(), "stock:42")
 			if err != nil {
 				t.Fatal(err)

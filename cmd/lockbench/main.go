@@ -172,6 +172,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		defer bed.Close()
 		addrs = addrs[:0]
 		for _, n := range bed.Redis {
+			// Brand-new nodes never held a lock: let them vote at once.
+			a := n.Admin()
+			err := quorum.TrustNode(ctx, a)
+			_ = a.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", n.Name(), err)
+			}
 			addrs = append(addrs, n.DirectAddr())
 		}
 		provider = "test bed, " + bed.Provider + " provider, appendfsync " + cfg.fsync
@@ -204,9 +211,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	for i, c := range cs {
 		results[i] = &result{name: c.name}
 	}
-	// Warm up every contender (connections, script cache). A fresh node
-	// counts toward no majority for one TTL (quorumlock's amnesia guard),
-	// so the warm-up waits that out, bounded.
+	// Warm up every contender (connections, script cache). A node given
+	// by -addrs that started less than one TTL ago counts toward no
+	// majority yet (quorumlock's restart guard), so the warm-up waits that
+	// out, bounded.
 	for i, c := range cs {
 		if err := warm(ctx, c, fmt.Sprintf("lockbench:warm:%d", i), 3*cfg.ttl); err != nil {
 			return fmt.Errorf("%s: warm-up: %w", c.name, err)

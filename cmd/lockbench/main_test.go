@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 func TestParseRejectsBadFlags(t *testing.T) {
@@ -69,8 +70,11 @@ func TestRunSideBySide(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range bed.Redis {
 		a := n.Admin()
-		_ = a.Set(ctx, "quorumlock:boot", 0, 0).Err()
+		err := quorum.TrustNode(ctx, a)
 		_ = a.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	var out strings.Builder
 	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-rounds", "1", "-ops", "20", "-workers", "2",

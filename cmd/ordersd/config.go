@@ -24,6 +24,7 @@ type config struct {
 	lockTTL      time.Duration   // ORDERS_LOCK_TTL
 	lockWait     time.Duration   // ORDERS_LOCK_WAIT
 	nodeTimeout  time.Duration   // ORDERS_NODE_TIMEOUT
+	redisDurable bool            // ORDERS_REDIS_DURABLE
 	idemTTL      time.Duration   // ORDERS_IDEMPOTENCY_TTL
 	idemLease    time.Duration   // ORDERS_PROCESSING_LEASE
 	reconcile    time.Duration   // ORDERS_RECONCILE_INTERVAL
@@ -71,11 +72,17 @@ func parseConfig(args []string) (config, error) {
 		errs = append(errs, fmt.Errorf("ORDERS_MIGRATE=%q: want true or false", env("ORDERS_MIGRATE", "")))
 	}
 	migrate := fs.Bool("migrate", migrateDefault, "run the migrations on start (ORDERS_MIGRATE)")
+	durableDefault, err := strconv.ParseBool(env("ORDERS_REDIS_DURABLE", "false"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ORDERS_REDIS_DURABLE=%q: want true or false", env("ORDERS_REDIS_DURABLE", "")))
+	}
+	durable := fs.Bool("redis-durable", durableDefault, "the Redis masters run appendonly yes with appendfsync always: a restarted node that kept its data votes at once (ORDERS_REDIS_DURABLE)")
 	fs.DurationVar(&c.shutdownWait, "shutdown-wait", 10*time.Second, "how long in-flight requests may finish on shutdown")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.migrate = *migrate
+	c.redisDurable = *durable
 	for _, a := range strings.Split(*addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.redisAddrs = append(c.redisAddrs, a)

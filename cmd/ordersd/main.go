@@ -173,10 +173,14 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if cfg.nodeTimeout > 0 {
 		lockOpts = append(lockOpts, quorum.WithNodeTimeout(cfg.nodeTimeout))
 	}
+	if cfg.redisDurable {
+		lockOpts = append(lockOpts, quorum.WithDurableNodes(true))
+	}
 	locker, err := quorum.New(clients, lockOpts...)
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
+	defer func() { _ = locker.Close() }()
 	claims, err := idem.New(clients, idem.WithTTL(cfg.idemTTL), idem.WithLease(cfg.idemLease))
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)

@@ -21,11 +21,12 @@ func TestConfigFromEnvironment(t *testing.T) {
 	validEnv(t)
 	t.Setenv("ORDERS_LOCK_FALLBACK", "reject")
 	t.Setenv("ORDERS_LOCK_TTL", "7s")
+	t.Setenv("ORDERS_REDIS_DURABLE", "true")
 	c, err := parseConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.redisAddrs) != 3 || c.fallback != "reject" || c.lockTTL != 7*time.Second || c.idemTTL != 24*time.Hour {
+	if len(c.redisAddrs) != 3 || c.fallback != "reject" || c.lockTTL != 7*time.Second || c.idemTTL != 24*time.Hour || !c.redisDurable {
 		t.Fatalf("config %+v", c)
 	}
 	// Flags win over the environment.
@@ -48,6 +49,7 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"zero ttl":        {"ORDERS_LOCK_TTL", "0s", "ORDERS_LOCK_TTL"},
 		"lease over ttl":  {"ORDERS_PROCESSING_LEASE", "48h", "ORDERS_PROCESSING_LEASE"},
 		"bad listen":      {"ORDERS_LISTEN", "8080", "ORDERS_LISTEN"},
+		"bad durable":     {"ORDERS_REDIS_DURABLE", "maybe", "ORDERS_REDIS_DURABLE"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

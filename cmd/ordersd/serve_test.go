@@ -20,8 +20,11 @@ func TestServe(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range bed.Redis {
 		c := n.Admin()
-		_ = c.Set(ctx, quorum.BootMarkerKey, 0, 0).Err()
+		err := quorum.TrustNode(ctx, c)
 		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	dsn := bed.Postgres.NewDatabase(t)
 	t.Setenv("ORDERS_DATABASE_URL", dsn)

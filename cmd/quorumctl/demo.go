@@ -43,7 +43,7 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer
 	// A brand-new bed has never held a lock: let its nodes vote at once.
 	for _, n := range b.Redis {
 		c := n.Admin()
-		err := c.Set(ctx, quorum.BootMarkerKey, 0, 0).Err()
+		err := quorum.TrustNode(ctx, c)
 		_ = c.Close()
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.Name(), err)

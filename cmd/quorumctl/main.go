@@ -4,6 +4,8 @@
 //	                                 run the seed scenario against three ordersd processes, stop
 //	quorumctl bed [-hold]   start a bed, print its addresses as environment lines;
 //	                        with -hold keep it up until interrupted
+//	quorumctl trust -addrs A,B,...   vouch for brand-new Redis masters to the lock's
+//	                                 restart guard, until each one's next restart
 //
 // The provider is chosen by QUORUMLOCK_TESTBED (docker, local or auto).
 package main
@@ -24,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 func main() {
@@ -37,7 +40,7 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: quorumctl demo [-ordersd PATH] | bed [-redis N] [-hold]")
+		return errors.New("usage: quorumctl demo [-ordersd PATH] | bed [-redis N] [-hold] | trust -addrs HOST:PORT,...")
 	}
 	switch args[0] {
 	case "demo":
@@ -48,9 +51,42 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return demo(ctx, bin, out)
 	case "bed":
 		return bed(ctx, args[1:], out)
+	case "trust":
+		return trust(ctx, args[1:], out)
 	default:
-		return fmt.Errorf("unknown command %q: want demo or bed", args[0])
+		return fmt.Errorf("unknown command %q: want demo, bed or trust", args[0])
 	}
+}
+
+// trust vouches for each given node, as it runs now, to the restart guard
+// (quorum.TrustNode): for brand-new nodes that never held a lock.
+func trust(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("trust", flag.ContinueOnError)
+	addrs := fs.String("addrs", "", "comma-separated Redis masters that never held a lock")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var list []string
+	for _, a := range strings.Split(*addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			list = append(list, a)
+		}
+	}
+	if len(list) == 0 {
+		return errors.New("trust: -addrs names no node")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, a := range list {
+		c := redis.NewClient(testbed.ClientOptions(a))
+		err := quorum.TrustNode(ctx, c)
+		_ = c.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", a, err)
+		}
+		fmt.Fprintf(out, "%s: trusted until its next restart\n", a)
+	}
+	return nil
 }
 
 func bed(ctx context.Context, args []string, out io.Writer) error {
