@@ -40,7 +40,7 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: quorumctl demo [-ordersd PATH] | bed [-redis N] [-hold] | trust -addrs HOST:PORT,...")
+		return errors.New("usage: quorumctl demo [-ordersd PATH] | bed [-redis N] [-hold] | trust -addrs HOST:PORT[,HOST:PORT]")
 	}
 	switch args[0] {
 	case "demo":
