@@ -165,10 +165,12 @@ const (
 	stTimedOut       // no answer by the deadline: the answer is still to come
 )
 
-// vote is the outcome of collecting one call's answers.
+// vote is the outcome of collecting one call's answers. The node states
+// live in a slice the caller owns (see states), kept out of this struct so
+// that a caller's stack buffer stays on the stack when errs escapes into an
+// error.
 type vote struct {
 	t    tally
-	st   []uint8     // per node (indexed by node); only targets change
 	errs []NodeError // nodes that failed, timed out or were warming
 	read int         // answers read from the call
 }
@@ -177,29 +179,32 @@ type vote struct {
 // a node error (stFailed) for answers that are neither.
 type classifier func(val int64) (uint8, error)
 
-// collect reads c's answers into a vote. With early it stops as soon as the
-// vote is decided (a majority of all nodes said yes, or can no longer);
-// otherwise it reads every target. It never waits past the call's deadline
-// (or the caller's context): targets still unanswered then are stTimedOut.
-// stBuf, when long enough, holds the node states without allocating.
-func (l *Locker) collect(c *call, early bool, classify classifier, stBuf []uint8) vote {
-	n := len(l.nodes)
-	var v vote
-	if n <= len(stBuf) {
-		v.st = stBuf[:n]
-		clear(v.st)
-	} else {
-		v.st = make([]uint8, n)
+// states returns n cleared node states, in buf when it is long enough.
+func states(buf []uint8, n int) []uint8 {
+	if n > len(buf) {
+		return make([]uint8, n)
 	}
-	v.t = newTally(n)
+	st := buf[:n]
+	clear(st)
+	return st
+}
+
+// collect reads c's answers into a vote and st (one state per node, from
+// states). With early it stops as soon as the vote is decided (a majority
+// of all nodes said yes, or can no longer); otherwise it reads every
+// target. It never waits past the call's deadline (or the caller's
+// context): targets still unanswered then are stTimedOut.
+func (l *Locker) collect(c *call, early bool, classify classifier, st []uint8) vote {
+	n := len(l.nodes)
+	v := vote{t: newTally(n)}
 	targets := c.n
 	for v.read < targets && !(early && v.t.verdict() != undecided) {
 		r, ok := c.next()
 		if !ok {
 			err := c.timeoutError()
 			timedOut := func(i int) {
-				if v.st[i] == stPending {
-					v.st[i] = stTimedOut
+				if st[i] == stPending {
+					st[i] = stTimedOut
 					v.t.failed++
 					v.errs = append(v.errs, l.nodeError(i, err))
 				}
@@ -217,7 +222,7 @@ func (l *Locker) collect(c *call, early bool, classify classifier, stBuf []uint8
 		}
 		v.read++
 		if r.err != nil {
-			v.st[r.node] = stFailed
+			st[r.node] = stFailed
 			v.t.failed++
 			v.errs = append(v.errs, l.nodeError(r.node, r.err))
 			continue
@@ -225,14 +230,14 @@ func (l *Locker) collect(c *call, early bool, classify classifier, stBuf []uint8
 		s, err := classify(r.val)
 		switch {
 		case err != nil:
-			v.st[r.node] = stFailed
+			st[r.node] = stFailed
 			v.t.failed++
 			v.errs = append(v.errs, l.nodeError(r.node, err))
 		case s == stYes:
-			v.st[r.node] = stYes
+			st[r.node] = stYes
 			v.t.ok++
 		default:
-			v.st[r.node] = stNo
+			st[r.node] = stNo
 			v.t.held++
 		}
 	}

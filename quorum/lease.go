@@ -32,13 +32,14 @@ type Lease struct {
 	extendMu sync.Mutex // one extension at a time
 	unlockMu sync.Mutex // one release at a time
 
-	mu    sync.Mutex
-	until time.Time
-	state leaseState
-	err   error // why the lease ended (nil while held)
-	lost  chan struct{}
-	timer *time.Timer
-	rel   []uint8 // per node: the answer to Unlock (stYes released, stNo not ours), stPending until one came
+	mu     sync.Mutex
+	until  time.Time
+	state  leaseState
+	err    error // why the lease ended (nil while held)
+	lost   chan struct{}
+	timer  *time.Timer
+	rel    []uint8 // per node: the answer to Unlock (stYes released, stNo not ours), stPending until one came
+	relBuf [16]uint8
 }
 
 func newLease(l *Locker, key, token string, start, until time.Time, c *call, wg *sync.WaitGroup) *Lease {
@@ -85,6 +86,9 @@ func (le *Lease) Lost() <-chan struct{} { return le.lost }
 func (le *Lease) Err() error {
 	le.mu.Lock()
 	defer le.mu.Unlock()
+	if le.state == stateReleased && le.err == nil {
+		le.err = fmt.Errorf("quorum: %q: %w", le.key, ErrReleased)
+	}
 	return le.err
 }
 
@@ -104,7 +108,7 @@ func (le *Lease) endLocked(state leaseState, err error) bool {
 // stop ends the lease without a release (used when an acquisition is undone).
 func (le *Lease) stop() {
 	le.mu.Lock()
-	ended := le.endLocked(stateReleased, fmt.Errorf("quorum: %q: %w", le.key, ErrReleased))
+	ended := le.endLocked(stateReleased, nil) // Err builds the error when asked
 	le.mu.Unlock()
 	if ended {
 		close(le.lost)
@@ -173,7 +177,7 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	deadline := earlier(start.Add(l.cfg.nodeTimeout), until)
 	c := l.fanOut(ctx, OpExtend, deadline, l.extendScript, []string{le.key}, []any{le.token, ttl.Milliseconds()}, nil, le.wg)
 	var stBuf [16]uint8
-	v := l.collect(c, true, classifyExtend, stBuf[:])
+	v := l.collect(c, true, classifyExtend, states(stBuf[:], len(l.nodes)))
 	ev := ExtendEvent{Key: le.key, Duration: time.Since(start), Confirmed: v.t.ok}
 	end := l.cfg.leaseEnd(start, ttl)
 	now := time.Now()
@@ -291,11 +295,11 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	defer le.unlockMu.Unlock()
 
 	le.mu.Lock()
-	ended := le.endLocked(stateReleased, fmt.Errorf("quorum: %q: %w", le.key, ErrReleased))
+	ended := le.endLocked(stateReleased, nil) // Err builds the error when asked
 	if le.rel == nil {
-		le.rel = make([]uint8, n)
+		le.rel = states(le.relBuf[:], n)
 	}
-	var targets []int
+	targets := make([]int, 0, n)
 	for i, s := range le.rel {
 		if s == stPending {
 			targets = append(targets, i)
@@ -312,11 +316,12 @@ func (le *Lease) Unlock(ctx context.Context) error {
 		start := time.Now()
 		c := l.fanOut(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, []string{le.key}, []any{le.token}, targets, le.wg)
 		var stBuf [16]uint8
-		v := l.collect(c, false, classifyRelease, stBuf[:])
+		st := states(stBuf[:], n)
+		v := l.collect(c, false, classifyRelease, st)
 		errs = v.errs
 		le.mu.Lock()
 		for _, i := range targets {
-			if s := v.st[i]; s == stYes || s == stNo {
+			if s := st[i]; s == stYes || s == stNo {
 				le.rel[i] = s
 			}
 		}

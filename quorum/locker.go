@@ -362,7 +362,8 @@ func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (l
 	start := time.Now() // before the first request leaves
 	c := l.fanOut(ctx, OpAcquire, start.Add(l.cfg.nodeTimeout), l.acquireScript, keys, args, nil, wg)
 	var stBuf [16]uint8 // node states on the stack for up to 16 nodes
-	v := l.collect(c, true, classifyAcquire, stBuf[:])
+	st := states(stBuf[:], len(l.nodes))
+	v := l.collect(c, true, classifyAcquire, st)
 	var reason string
 	if v.t.verdict() == won {
 		if until := l.cfg.leaseEnd(start, l.cfg.ttl); time.Now().Before(until) {
@@ -370,7 +371,7 @@ func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (l
 			if l.cfg.fencer == nil {
 				return lease, nil, true
 			}
-			return l.fence(ctx, lease, &v, c)
+			return l.fence(ctx, lease, st, v.read, c)
 		}
 		reason = fmt.Sprintf("the vote took %v and left no validity", time.Since(start).Round(time.Microsecond))
 	}
@@ -379,7 +380,7 @@ func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (l
 		sentinel = ErrQuorumUnavailable
 	}
 	qe := l.quorumError(OpAcquire, key, v.t.ok, v.t.held, v.errs, reason, sentinel)
-	l.undo(ctx, key, token, &v, c, wg)
+	l.undo(ctx, key, token, st, v.read, c, wg)
 	return nil, qe, true
 }
 
@@ -399,7 +400,7 @@ func classifyAcquire(val int64) (uint8, error) {
 // fence asks the Fencer for the lease's fence token, with the lease's
 // validity as deadline. A failure releases the lease and is not retried;
 // running out of validity meanwhile releases it and may be retried.
-func (l *Locker) fence(ctx context.Context, lease *Lease, v *vote, c *call) (*Lease, error, bool) {
+func (l *Locker) fence(ctx context.Context, lease *Lease, st []uint8, read int, c *call) (*Lease, error, bool) {
 	fctx, cancel := context.WithDeadline(ctx, lease.until)
 	f, err := l.cfg.fencer.Next(fctx, lease.key)
 	cancel()
@@ -408,11 +409,11 @@ func (l *Locker) fence(ctx context.Context, lease *Lease, v *vote, c *call) (*Le
 		return lease, nil, true
 	}
 	lease.stop()
-	l.undo(ctx, lease.key, lease.token, v, c, lease.wg)
+	l.undo(ctx, lease.key, lease.token, st, read, c, lease.wg)
 	if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 		return nil, fmt.Errorf("quorum: lock %q: fence: %w", lease.key, err), false
 	}
-	return nil, l.quorumError(OpAcquire, lease.key, v.t.ok, v.t.held, nil, "the fencer answered after the validity ran out", ErrQuorumUnavailable), true
+	return nil, l.quorumError(OpAcquire, lease.key, l.quorum, 0, nil, "the fencer answered after the validity ran out", ErrQuorumUnavailable), true
 }
 
 // undo releases what a failed attempt may have taken, in the background so
@@ -421,14 +422,14 @@ func (l *Locker) fence(ctx context.Context, lease *Lease, v *vote, c *call) (*Le
 // is awaited (the attempt's deadline bounds it) and released as soon as it
 // arrives if it granted the key or failed. A release never overtakes the
 // node's own late SET, since it is sent only after that SET answered.
-func (l *Locker) undo(ctx context.Context, key, token string, v *vote, c *call, wg *sync.WaitGroup) {
+func (l *Locker) undo(ctx context.Context, key, token string, st []uint8, read int, c *call, wg *sync.WaitGroup) {
 	var now []int
-	for i, s := range v.st {
+	for i, s := range st {
 		if s == stYes || s == stFailed {
 			now = append(now, i)
 		}
 	}
-	unread := c.n - v.read
+	unread := c.n - read
 	if len(now) == 0 && unread == 0 {
 		return
 	}
@@ -457,15 +458,20 @@ func (l *Locker) drain(ctx context.Context, key, token string, now []int, unread
 	if unread == 0 {
 		return
 	}
-	t := time.NewTimer(time.Until(c.deadline) + l.cfg.nodeTimeout)
-	defer t.Stop()
-	for range unread {
+	var grace <-chan time.Time // armed once c's deadline passed
+	done := c.ctx.Done()
+	for got := 0; got < unread; {
 		select {
 		case r := <-c.results:
+			got++
 			if r.err != nil || r.val == 1 {
 				l.release(ctx, keys, args, []int{r.node}, wg)
 			}
-		case <-t.C:
+		case <-done:
+			t := time.NewTimer(l.cfg.nodeTimeout)
+			defer t.Stop()
+			grace, done = t.C, nil
+		case <-grace:
 			return
 		}
 	}
@@ -477,7 +483,7 @@ func (l *Locker) release(ctx context.Context, keys []string, args []any, targets
 	start := time.Now()
 	c := l.fanOut(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, keys, args, targets, wg)
 	var stBuf [16]uint8
-	v := l.collect(c, false, classifyRelease, stBuf[:])
+	v := l.collect(c, false, classifyRelease, states(stBuf[:], len(l.nodes)))
 	l.cfg.observer.ObserveRelease(ReleaseEvent{Key: keys[0], Duration: time.Since(start), Released: v.t.ok, NotOwner: v.t.held, Failed: v.t.failed})
 }
 

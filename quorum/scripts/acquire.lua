@@ -28,35 +28,47 @@
 -- builds (where %d overflows) behave the same.
 if KEYS[2] then
   local info = redis.call('INFO', 'server')
-  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  local runid = string.match(info, 'run_id:(%x+)')
-  if up == nil or runid == nil then
-    return redis.error_reply('quorumlock: INFO server has no uptime_in_seconds or run_id')
+  local at = string.find(info, 'uptime_in_seconds:', 1, true)
+  local up = at and tonumber(string.match(info, '^%d+', at + 18))
+  if up == nil then
+    return redis.error_reply('quorumlock: INFO server has no uptime_in_seconds')
   end
   local window = tonumber(ARGV[3])
   local durable = ARGV[4] == '1'
   -- uptime_in_seconds is a difference of whole seconds: the time actually
   -- elapsed since the start is more than up - 1 seconds.
   local safe = (up - 1) * 1000
-  if safe < window then
-    local marker = redis.call('GET', KEYS[2])
-    local trusted = marker == runid
-    if not trusted and durable and marker then
-      local p = redis.call('INFO', 'persistence')
-      trusted = string.match(p, 'aof_enabled:1') ~= nil
+  if safe < window or durable then
+    local runid = string.match(info, 'run_id:(%x+)')
+    if runid == nil then
+      return redis.error_reply('quorumlock: INFO server has no run_id')
     end
-    if not trusted then
-      return -(window - safe)
+    if safe < window then
+      local marker = redis.call('GET', KEYS[2])
+      local trusted = marker == runid
+      if not trusted and durable and marker then
+        local p = redis.call('INFO', 'persistence')
+        trusted = string.find(p, 'aof_enabled:1', 1, true) ~= nil
+      end
+      if not trusted then
+        return -(window - safe)
+      end
+    elseif redis.call('EXISTS', KEYS[2]) == 0 then
+      redis.call('SET', KEYS[2], runid)
     end
-  elseif durable and redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[2], runid)
   end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
+-- SET NX GET answers false when it set the key, else the value it found
+-- (Redis 7.0 and later). pcall: before 7.0 NX and GET do not combine, and a
+-- key of another type is an error; both take the two-call path.
+local r = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if type(r) == 'table' and r.err then
+  if redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return 1
+  end
+  r = redis.pcall('GET', KEYS[1])
 end
--- pcall: a key of another type answers an error table, which is not ours.
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+if r == false or r == ARGV[1] then
   return 1
 end
 return 0
