@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -13,8 +14,13 @@ import (
 	"github.com/quorumlock/quorumlock/orders"
 )
 
-// config is ordersd's configuration. Every field comes from a flag whose
-// default is read from the environment variable named beside it.
+// config is ordersd's configuration. Every field but the secrets comes from
+// a flag whose default is read from the environment variable named beside
+// it. The secrets (the database URL, which carries its password, and the JWT
+// secret) come only from the environment or from a file named by the same
+// variable with _FILE appended: never from a flag (flags show in ps) and
+// never as a flag default (flag defaults are printed by -h and on any flag
+// error).
 type config struct {
 	listen       string          // ORDERS_LISTEN
 	redisAddrs   []string        // ORDERS_REDIS_ADDRS
@@ -30,6 +36,25 @@ type config struct {
 	reconcile    time.Duration   // ORDERS_RECONCILE_INTERVAL
 	migrate      bool            // ORDERS_MIGRATE
 	shutdownWait time.Duration
+}
+
+// secret returns the value of the secret name: from the file named by
+// name_FILE when that is set, else from the variable itself. Errors name
+// the variables and the file, never the value.
+func secret(name string) (string, error) {
+	v, inEnv := os.LookupEnv(name)
+	path, inFile := os.LookupEnv(name + "_FILE")
+	switch {
+	case inEnv && inFile:
+		return "", fmt.Errorf("%s and %s_FILE are both set: set one", name, name)
+	case inFile:
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	return v, nil
 }
 
 func env(name, def string) string {
@@ -52,14 +77,26 @@ func envDuration(fs *flag.FlagSet, errs *[]error, p *time.Duration, name, envNam
 }
 
 // parseConfig reads flags over the environment and checks the result.
-func parseConfig(args []string) (config, error) {
+// Usage and flag errors go to out.
+func parseConfig(args []string, out io.Writer) (config, error) {
 	var c config
 	var errs []error
 	fs := flag.NewFlagSet("ordersd serve", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: ordersd serve [flags]")
+		fmt.Fprintln(out, "secrets, from the environment or a file (never a flag): ORDERS_DATABASE_URL or ORDERS_DATABASE_URL_FILE, ORDERS_JWT_SECRET or ORDERS_JWT_SECRET_FILE")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&c.listen, "listen", env("ORDERS_LISTEN", "127.0.0.1:8080"), "HTTP listen address (ORDERS_LISTEN)")
 	addrs := fs.String("redis-addrs", env("ORDERS_REDIS_ADDRS", ""), "comma-separated independent Redis masters, an odd number (ORDERS_REDIS_ADDRS)")
-	fs.StringVar(&c.databaseURL, "database-url", env("ORDERS_DATABASE_URL", ""), "Postgres URL (ORDERS_DATABASE_URL)")
-	fs.StringVar(&c.jwtSecret, "jwt-secret", env("ORDERS_JWT_SECRET", ""), "HS256 secret, 16 bytes or more (ORDERS_JWT_SECRET)")
+	var err error
+	if c.databaseURL, err = secret("ORDERS_DATABASE_URL"); err != nil {
+		errs = append(errs, err)
+	}
+	if c.jwtSecret, err = secret("ORDERS_JWT_SECRET"); err != nil {
+		errs = append(errs, err)
+	}
 	fallback := fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
 	envDuration(fs, &errs, &c.lockTTL, "lock-ttl", "ORDERS_LOCK_TTL", 5*time.Second, "stock lock TTL")
 	envDuration(fs, &errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 2*time.Second, "longest wait for the stock lock")

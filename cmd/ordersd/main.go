@@ -57,13 +57,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch cmd {
 	case "serve":
-		cfg, err := parseConfig(args)
+		cfg, err := parseConfig(args, stderr)
 		if err != nil {
 			return err
 		}
 		return serve(ctx, cfg, nil, stderr)
 	case "migrate":
-		url := env("ORDERS_DATABASE_URL", "")
+		url, err := secret("ORDERS_DATABASE_URL")
+		if err != nil {
+			return err
+		}
 		if url == "" {
 			return errors.New("ORDERS_DATABASE_URL is empty")
 		}
@@ -88,7 +91,11 @@ func token(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	tok, err := auth.Mint([]byte(env("ORDERS_JWT_SECRET", "")), *user, *ttl)
+	key, err := secret("ORDERS_JWT_SECRET")
+	if err != nil {
+		return err
+	}
+	tok, err := auth.Mint([]byte(key), *user, *ttl)
 	if err != nil {
 		return err
 	}
@@ -104,12 +111,16 @@ func seed(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, env("ORDERS_DATABASE_URL", ""))
+	url, err := secret("ORDERS_DATABASE_URL")
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := store.MigrateDSN(ctx, env("ORDERS_DATABASE_URL", "")); err != nil {
+	if _, err := store.MigrateDSN(ctx, url); err != nil {
 		return err
 	}
 	st, err := store.New(pool)

@@ -35,7 +35,7 @@ func TestServe(t *testing.T) {
 	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseConfig(nil)
+	cfg, err := parseConfig(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
