@@ -23,8 +23,9 @@ import (
 // Do returns the acquisition error when the lock was not acquired (fn is
 // not called). Otherwise it returns fn's error, joined with an error
 // matching ErrLeaseLost when the lease was lost while fn ran: because the
-// watchdog lost it, or because the final Unlock found the token gone from a
-// majority (a node restarted, a key was evicted). The release after fn runs
+// watchdog lost it, because the safety margin was reached, or because the
+// final Unlock found the token gone from so many nodes that no majority held
+// it (a node restarted, a key was evicted). The release after fn runs
 // even when fn panics; a release that some nodes did not confirm is
 // reported to the Observer, not returned (the key expires by its TTL). No
 // goroutine started by Do outlives it.
@@ -41,6 +42,15 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 
 	fctx, cancel := context.WithCancelCause(ctx)
 	ectx, stopExtend := context.WithCancel(context.WithoutCancel(ctx))
+	// The margin is watched by the lease's own timer, not by the watchdog,
+	// which may be waiting on an extension when the margin is reached.
+	marginErr := fmt.Errorf("quorum: do %q: %w: no extension got through and less than the safety margin %v of validity is left",
+		key, ErrLeaseLost, l.cfg.margin)
+	marginHit := make(chan struct{})
+	lease.watchMargin(l.cfg.margin, func() {
+		cancel(marginErr)
+		close(marginHit)
+	})
 	stop := make(chan struct{})
 	watchdogDone := make(chan struct{})
 	var lost error // written by the watchdog before watchdogDone closes
@@ -54,9 +64,17 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 		stopExtend()
 		<-watchdogDone
 		uerr := lease.Unlock(context.WithoutCancel(ctx))
+		lease.detach()
 		cancel(context.Canceled)
-		if lost == nil && errors.Is(uerr, ErrLeaseLost) {
-			lost = uerr
+		if lost == nil {
+			select {
+			case <-marginHit:
+				lost = marginErr
+			default:
+				if errors.Is(uerr, ErrLeaseLost) {
+					lost = uerr
+				}
+			}
 		}
 		if lost != nil && !errors.Is(err, ErrLeaseLost) {
 			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", key, lost))
@@ -65,14 +83,11 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	return fn(fctx, lease)
 }
 
-// watchdog extends the lease until stop is closed. When the lease is lost,
-// or only the safety margin of its validity is left, it cancels fn's
-// context with the loss as cause and returns the loss.
+// watchdog extends the lease until stop is closed. When the lease is lost
+// it cancels fn's context with the loss as cause and returns the loss.
 func (l *Locker) watchdog(ctx context.Context, lease *Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
 	next := time.NewTimer(l.cfg.watchdog)
 	defer next.Stop()
-	margin := time.NewTimer(time.Until(lease.Until()) - l.cfg.margin)
-	defer margin.Stop()
 	for {
 		select {
 		case <-stop:
@@ -83,15 +98,6 @@ func (l *Locker) watchdog(ctx context.Context, lease *Lease, stop <-chan struct{
 				return err
 			}
 			return nil
-		case <-margin.C:
-			if d := time.Until(lease.Until()) - l.cfg.margin; d > 0 { // extended meanwhile
-				margin.Reset(d)
-				continue
-			}
-			err := fmt.Errorf("quorum: do %q: %w: no extension got through and less than the safety margin %v of validity is left",
-				lease.key, ErrLeaseLost, l.cfg.margin)
-			cancel(err)
-			return err
 		case <-next.C:
 			delay := l.cfg.watchdog
 			if err := lease.Extend(ctx, l.cfg.ttl); errors.Is(err, ErrExtendUnconfirmed) {
@@ -100,7 +106,6 @@ func (l *Locker) watchdog(ctx context.Context, lease *Lease, stop <-chan struct{
 			}
 			// A lost lease is handled by the Lost case next round.
 			next.Reset(delay)
-			margin.Reset(time.Until(lease.Until()) - l.cfg.margin)
 		}
 	}
 }

@@ -98,7 +98,9 @@
 // The restart guard (WithAmnesiaGuard, on by default) enforces it from the
 // client. The acquire script reads the node's uptime (INFO server) and votes
 // only once the node has been up for the restart window (WithAmnesiaWindow,
-// default the TTL) on its own clock; otherwise it answers "warming"
+// default the TTL) on its own clock (Redis derives the uptime from its wall
+// clock: a clock stepped forward after a restart shortens the wait, which is
+// one more reason never to step the nodes' clocks); otherwise it answers "warming"
 // (ErrNodeWarming) and writes nothing. The check is read atomically with the
 // vote and costs no extra round trip. Nodes that have been up longer than
 // the window vote at once, on first contact too. Two things let a young

@@ -19,9 +19,11 @@ var (
 	// that no validity was left. The *QuorumError lists each failed node.
 	ErrQuorumUnavailable = errors.New("quorum: not enough nodes available for a majority")
 
-	// ErrLeaseLost means the lease is no longer held: its validity ran out,
-	// an extension did not reach a majority in time, or the lock was found
-	// held by fewer than a majority of the nodes.
+	// ErrLeaseLost means the lease is no longer held, or may not be: its
+	// validity ran out, enough nodes answered that the token is gone that
+	// no majority can hold it, or (from Do) less than the safety margin of
+	// validity was left with no extension through. An extension that merely
+	// did not reach a majority is ErrExtendUnconfirmed.
 	ErrLeaseLost = errors.New("quorum: lease lost")
 
 	// ErrNodeWarming is the node error of a node that (re)started less than

@@ -52,6 +52,17 @@ type call struct {
 // for it) and in wg when wg is not nil. After Close, no request is sent and
 // every target answers ErrClosed at once.
 func (l *Locker) fanOut(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup) *call {
+	return l.startCall(ctx, op, deadline, s, keys, args, targets, wg, false)
+}
+
+// fanOutBG is fanOut for a goroutine already counted in the background
+// group (a failed attempt's undo): its requests are sent even while Close
+// waits, so that Close does not strand what the undo had to release.
+func (l *Locker) fanOutBG(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup) *call {
+	return l.startCall(ctx, op, deadline, s, keys, args, targets, wg, true)
+}
+
+func (l *Locker) startCall(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup, counted bool) *call {
 	n := len(l.nodes)
 	if targets != nil {
 		n = len(targets)
@@ -63,7 +74,9 @@ func (l *Locker) fanOut(ctx context.Context, op Op, deadline time.Time, s *redis
 		close(c.done)
 		return c
 	}
-	if !l.track(n) {
+	if counted {
+		l.bg.Add(n) // the counter is above zero: this goroutine is in it
+	} else if !l.track(n) {
 		for i := range n {
 			node := i
 			if targets != nil {

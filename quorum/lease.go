@@ -37,21 +37,85 @@ type Lease struct {
 	state  leaseState
 	err    error // why the lease ended (nil while held)
 	lost   chan struct{}
-	timer  *time.Timer
-	rel    []uint8 // per node: the answer to Unlock (stYes released, stNo not ours), stPending until one came
+	timer  *time.Timer // fires at until (nil until armed)
+	rel    []uint8     // per node: the answer to Unlock (stYes released, stNo not ours), stPending until one came
 	relBuf [16]uint8
+
+	// Do's safety margin: onMargin runs once when less than margin of the
+	// validity is left (see watchMargin).
+	margin      time.Duration
+	onMargin    func()
+	marginTimer *time.Timer
 }
 
+// newLease returns a held lease whose validity timer is not armed yet: arm
+// it once the lease is handed out (after the Fencer), so that a lease never
+// handed out reports no loss.
 func newLease(l *Locker, key, token string, start, until time.Time, c *call, wg *sync.WaitGroup) *Lease {
-	le := &Lease{
+	return &Lease{
 		l: l, key: key, token: token, start: start, wg: wg,
 		acqDone: c.done, acqDeadline: start.Add(l.cfg.nodeTimeout),
 		until: until, lost: make(chan struct{}),
 	}
+}
+
+// arm starts the validity timer.
+func (le *Lease) arm() {
 	le.mu.Lock() // expire may run at once; it must see the timer
-	le.timer = time.AfterFunc(time.Until(until), le.expire)
+	defer le.mu.Unlock()
+	if le.state == stateHeld && le.timer == nil {
+		le.timer = time.AfterFunc(time.Until(le.until), le.expire)
+	}
+}
+
+// setUntilLocked moves the end of the validity and re-arms the timers;
+// le.mu must be held.
+func (le *Lease) setUntilLocked(u time.Time) {
+	le.until = u
+	if le.timer != nil {
+		le.timer.Reset(time.Until(u))
+	}
+	if le.marginTimer != nil {
+		le.marginTimer.Reset(time.Until(u) - le.margin)
+	}
+}
+
+// watchMargin makes f run once, on its own goroutine, as soon as less than
+// d of the lease's validity is left while it is held, however the validity
+// moves meanwhile (Extend re-arms the timer).
+func (le *Lease) watchMargin(d time.Duration, f func()) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	le.margin, le.onMargin = d, f
+	le.marginTimer = time.AfterFunc(time.Until(le.until)-d, le.marginFire)
+}
+
+func (le *Lease) marginFire() {
+	le.mu.Lock()
+	if le.state != stateHeld || le.onMargin == nil {
+		le.mu.Unlock()
+		return
+	}
+	if d := time.Until(le.until) - le.margin; d > 0 { // extended meanwhile
+		le.marginTimer.Reset(d)
+		le.mu.Unlock()
+		return
+	}
+	f := le.onMargin
+	le.onMargin = nil
 	le.mu.Unlock()
-	return le
+	f()
+}
+
+// detach stops the lease from counting its node requests in Do's wait
+// group, once Do is done with it: a lease kept past fn may still be
+// unlocked, without touching a wait group that Do is waiting on.
+func (le *Lease) detach() {
+	le.extendMu.Lock()
+	le.unlockMu.Lock()
+	le.wg = nil
+	le.unlockMu.Unlock()
+	le.extendMu.Unlock()
 }
 
 // Key returns the locked key.
@@ -101,7 +165,12 @@ func (le *Lease) endLocked(state leaseState, err error) bool {
 		return false
 	}
 	le.state, le.err = state, err
-	le.timer.Stop()
+	if le.timer != nil {
+		le.timer.Stop()
+	}
+	if le.marginTimer != nil {
+		le.marginTimer.Stop()
+	}
 	return true
 }
 
@@ -190,8 +259,7 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 			le.mu.Unlock()
 			return le.endedError()
 		}
-		le.until = end
-		le.timer.Reset(time.Until(end))
+		le.setUntilLocked(end)
 		le.mu.Unlock()
 		l.cfg.observer.ObserveExtend(ev)
 		return nil
@@ -214,8 +282,7 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 			return le.endedError()
 		}
 		if capped.Before(le.until) {
-			le.until = capped
-			le.timer.Reset(time.Until(capped))
+			le.setUntilLocked(capped)
 		}
 		le.mu.Unlock()
 		qe := l.quorumError(OpExtend, le.key, v.t.ok, v.t.held, v.errs, "", ErrExtendUnconfirmed)

@@ -43,9 +43,11 @@ type Locker struct {
 
 	// bg counts every node request and background release, so that Close
 	// can wait for them; mu orders Add against Close's Wait.
-	mu     sync.RWMutex
-	closed bool
-	bg     sync.WaitGroup
+	mu        sync.RWMutex
+	closed    bool
+	bg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
 type node struct {
@@ -109,6 +111,10 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 				errs = append(errs, fmt.Errorf("nodes[%d] is a %T: with the restart guard each node must be one master (a *redis.Client)", i, c))
 			}
 		}
+		if rc, ok := c.(*redis.Client); ok && rc.Options().Addr == failoverAddr && needsOwn(rc.Options()) {
+			// A copy would not follow the failovers the original tracks.
+			errs = append(errs, fmt.Errorf("nodes[%d] is a Sentinel failover client that lets a request outlive its deadline or retries it: set ContextTimeoutEnabled: true and MaxRetries: -1 (and no negative Read/WriteTimeout) in its FailoverOptions", i))
+		}
 		l.nodes[i] = node{client: c, addr: addr}
 	}
 	if err := cfg.resolve(); err != nil {
@@ -137,11 +143,18 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// ownClient returns a new client to c's node when c's options let a request
-// outlive its context's deadline or retry it, else nil.
+// needsOwn reports whether options o (as processed by NewClient, where
+// MaxRetries 0 means none and a timeout of -1 means no deadline at all) let
+// a request outlive its context's deadline or retry it.
+func needsOwn(o *redis.Options) bool {
+	return !o.ContextTimeoutEnabled || o.MaxRetries != 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0
+}
+
+// ownClient returns a new client to c's node when c's options need it (see
+// needsOwn), else nil.
 func ownClient(c *redis.Client) *redis.Client {
-	o := c.Options() // as processed by NewClient: MaxRetries 0 means none
-	if o.ContextTimeoutEnabled && o.MaxRetries == 0 && o.ReadTimeout >= 0 && o.WriteTimeout >= 0 {
+	o := c.Options()
+	if !needsOwn(o) {
 		return nil
 	}
 	cp := *o
@@ -161,25 +174,26 @@ func ownClient(c *redis.Client) *redis.Client {
 }
 
 // Close stops the Locker: it waits for every node request and background
-// release it started (each ends within one node timeout) and closes the
-// clients New opened. Lock, TryLock and Do fail with ErrClosed afterwards;
-// leases still held expire by their TTL. Close is idempotent.
+// release it started, releases included that a failed attempt had queued
+// (each ends within about two node timeouts), and closes the clients New
+// opened. Lock, TryLock and Do fail with ErrClosed afterwards, and Extend
+// and Unlock on leases still held reach no node (they expire by their TTL).
+// Close is idempotent and safe to call concurrently.
 func (l *Locker) Close() error {
 	l.mu.Lock()
-	was := l.closed
 	l.closed = true
 	l.mu.Unlock()
 	l.bg.Wait()
-	if was {
-		return nil
-	}
-	var errs []error
-	for _, n := range l.nodes {
-		if n.own != nil {
-			errs = append(errs, n.own.Close())
+	l.closeOnce.Do(func() {
+		var errs []error
+		for _, n := range l.nodes {
+			if n.own != nil {
+				errs = append(errs, n.own.Close())
+			}
 		}
-	}
-	return errors.Join(errs...)
+		l.closeErr = errors.Join(errs...)
+	})
+	return l.closeErr
 }
 
 func (l *Locker) isClosed() bool {
@@ -234,7 +248,10 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // succeeds, ctx ends, or the retry budget (WithRetry, WithMaxWait) is spent.
 // On failure the error matches ErrNotAcquired or ErrQuorumUnavailable (and
 // is or wraps a *QuorumError), or wraps ctx.Err() when ctx ended, or wraps
-// the Fencer's error.
+// the Fencer's error, or matches ErrClosed. It returns at the verdict of its
+// last attempt: within WithMaxWait plus one node timeout (plus the Fencer's
+// call), and as soon as ctx ends; what a failed attempt took is released in
+// the background.
 func (l *Locker) Lock(ctx context.Context, key string) (*Lease, error) {
 	return l.lock(ctx, key, l.cfg.retry.Attempts, l.cfg.maxWait, nil)
 }
@@ -368,10 +385,11 @@ func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (l
 	if v.t.verdict() == won {
 		if until := l.cfg.leaseEnd(start, l.cfg.ttl); time.Now().Before(until) {
 			lease = newLease(l, key, token, start, until, c, wg)
-			if l.cfg.fencer == nil {
-				return lease, nil, true
+			if l.cfg.fencer != nil {
+				return l.fence(ctx, lease, st, v.read, c)
 			}
-			return l.fence(ctx, lease, st, v.read, c)
+			lease.arm()
+			return lease, nil, true
 		}
 		reason = fmt.Sprintf("the vote took %v and left no validity", time.Since(start).Round(time.Microsecond))
 	}
@@ -406,6 +424,7 @@ func (l *Locker) fence(ctx context.Context, lease *Lease, st []uint8, read int, 
 	cancel()
 	if err == nil && time.Now().Before(lease.until) {
 		lease.fence = f
+		lease.arm()
 		return lease, nil, true
 	}
 	lease.stop()
@@ -468,7 +487,9 @@ func (l *Locker) drain(ctx context.Context, key, token string, now []int, unread
 				l.release(ctx, keys, args, []int{r.node}, wg)
 			}
 		case <-done:
-			t := time.NewTimer(l.cfg.nodeTimeout)
+			// The caller may have cancelled early: wait out the call's own
+			// deadline, then one node timeout more.
+			t := time.NewTimer(time.Until(c.deadline) + l.cfg.nodeTimeout)
 			defer t.Stop()
 			grace, done = t.C, nil
 		case <-grace:
@@ -481,7 +502,7 @@ func (l *Locker) drain(ctx context.Context, key, token string, now []int, unread
 // (at most one node timeout).
 func (l *Locker) release(ctx context.Context, keys []string, args []any, targets []int, wg *sync.WaitGroup) {
 	start := time.Now()
-	c := l.fanOut(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, keys, args, targets, wg)
+	c := l.fanOutBG(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, keys, args, targets, wg)
 	var stBuf [16]uint8
 	v := l.collect(c, false, classifyRelease, states(stBuf[:], len(l.nodes)))
 	l.cfg.observer.ObserveRelease(ReleaseEvent{Key: keys[0], Duration: time.Since(start), Released: v.t.ok, NotOwner: v.t.held, Failed: v.t.failed})

@@ -86,7 +86,7 @@ type LostReason uint8
 // The reasons.
 const (
 	LostExpired      LostReason = iota + 1 // validity ran out before an extension
-	LostExtendFailed                       // an extension did not reach a majority in time
+	LostExtendFailed                       // an extension found the token gone from the nodes, or ran out of validity
 )
 
 // String returns "expired" or "extend_failed".

@@ -146,7 +146,7 @@ func TestNewAcceptsValidConfig(t *testing.T) {
 func TestNewAcceptsDistinctFailoverClients(t *testing.T) {
 	var nodes []redis.UniversalClient
 	for _, m := range []string{"m1", "m2", "m3"} {
-		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: m, SentinelAddrs: []string{"127.0.0.1:1"}, MaxRetries: -1})
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: m, SentinelAddrs: []string{"127.0.0.1:1"}, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
 		nodes = append(nodes, c)
 	}
@@ -157,6 +157,14 @@ func TestNewAcceptsDistinctFailoverClients(t *testing.T) {
 	_ = l.Close()
 	if _, err := quorum.New([]redis.UniversalClient{nodes[0], nodes[1], nodes[0]}); err == nil || !strings.Contains(err.Error(), "same client") {
 		t.Fatalf("the same failover client twice: %v", err)
+	}
+	// A failover client that would let a request outlive its deadline
+	// cannot be replaced by a copy (the copy would not follow failovers):
+	// New says what to set.
+	retrying := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m4", SentinelAddrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = retrying.Close() })
+	if _, err := quorum.New([]redis.UniversalClient{nodes[0], nodes[1], retrying}); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled: true and MaxRetries: -1") {
+		t.Fatalf("a failover client with retries: %v", err)
 	}
 }
 

@@ -75,6 +75,37 @@ func TestScripts(t *testing.T) {
 		}
 	})
 
+	t.Run("AcquireFailsWhenTheNodeRefusesTheWrite", func(t *testing.T) {
+		// A node out of memory (maxmemory with noeviction) refuses the SET:
+		// that is a failed node, never a vote. (Vouched for first, so that
+		// the guarded script gets as far as the SET.)
+		if err := quorum.TrustNode(ctx, rdb); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+				t.Error(err)
+			}
+		}()
+		k := "s:acq:oom"
+		for _, keys := range [][]string{{k}, {k, quorum.BootMarkerKey}} {
+			args := []any{"tok", 5000}
+			if len(keys) == 2 {
+				args = append(args, time.Hour.Milliseconds(), "0")
+			}
+			v, err := acquire.Run(ctx, rdb, keys, args...).Int64()
+			if err == nil {
+				t.Fatalf("keys %q: a refused write answered %d, want an error", keys, v)
+			}
+		}
+		if n, err := rdb.Exists(ctx, k).Result(); err != nil || n != 0 {
+			t.Fatalf("EXISTS %s = %d, %v", k, n, err)
+		}
+	})
+
 	t.Run("AcquireTreatsForeignValuesAsHeld", func(t *testing.T) {
 		k := "s:acq:foreign"
 		if err := rdb.Set(ctx, k, "another-client-value", 10*time.Minute).Err(); err != nil {

@@ -59,11 +59,21 @@ if KEYS[2] then
   end
 end
 -- SET NX GET answers false when it set the key, else the value it found
--- (Redis 7.0 and later). pcall: before 7.0 NX and GET do not combine, and a
--- key of another type is an error; both take the two-call path.
+-- (Redis 7.0 and later). pcall, to tell its errors apart: WRONGTYPE is a key
+-- of another type (not ours); a syntax error is a Redis before 7.0, where NX
+-- and GET do not combine, which takes the two-call path; any other error is
+-- a refused write (OOM, MISCONF, READONLY, ...) and is returned, so that the
+-- node counts as failed. An error table is true in Lua: never test it as a
+-- success.
 local r = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if type(r) == 'table' and r.err then
-  if redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if string.find(r.err, 'WRONGTYPE', 1, true) then
+    return 0
+  end
+  if not string.find(r.err, 'syntax error', 1, true) then
+    return r
+  end
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return 1
   end
   r = redis.pcall('GET', KEYS[1])
