@@ -129,6 +129,11 @@ func TestStateMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The reconciler waits until the attempt is older than the provider
+	// call timeout: age it, as time would.
+	if _, err := r.pool.Exec(context.Background(), `UPDATE payments SET updated_at = now() - interval '1 hour' WHERE status = 'PENDING'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := svc.Reconcile(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 type Store interface {
 	BeginPayment(ctx context.Context, orderID, requestID string) (store.PaymentStart, error)
 	SettlePayment(ctx context.Context, requestID string, status store.PaymentStatus, providerRef string) (store.Order, error)
-	PendingPayments(ctx context.Context, olderThan time.Duration, limit int) ([]store.Payment, error)
-	TouchPayment(ctx context.Context, requestID string) error
+	ClaimPendingPayments(ctx context.Context, olderThan time.Duration, limit int) ([]store.Payment, error)
+	ApplyPaymentEvent(ctx context.Context, ev store.PaymentEvent) (store.Order, bool, error)
 }
 
 // Defaults of the Service options.
@@ -194,24 +194,27 @@ type ReconcileReport struct {
 	Errors int
 }
 
-// Reconcile settles payments of orders stuck in PAYING whose last change
-// is at least olderThan old (give in-flight Pay calls time to finish), at
-// most the configured batch size per call, oldest first.
+// Reconcile settles payments of orders stuck in PAYING whose last attempt
+// is at least olderThan old, and never younger than the provider call
+// timeout (WithCallTimeout): a charge still in flight is left alone. It
+// takes at most the configured batch size per call, oldest first.
 //
-// For each, it queries the provider with the payment's request id and
-// records a final answer (PAID or PAYMENT_FAILED). When the provider has
-// never seen the id, the charge did not reach it, and Reconcile sends it
-// again with the same id — the provider's idempotency guarantees that
-// money moves at most once even if the first charge surfaces later or
-// several reconcilers run at once. Payments still without a final answer
-// go to the back of the queue.
+// The payments are claimed in the database (FOR UPDATE SKIP LOCKED, and
+// the claim restarts their age), so reconcilers on several instances never
+// work the same payment at once. For each, it queries the provider with the
+// payment's request id and records a final answer (PAID or
+// PAYMENT_FAILED). When the provider has never seen the id, the charge did
+// not reach it, and Reconcile sends it again with the same id: the
+// provider's idempotency guarantees that money moves at most once even if
+// the first charge surfaces later. Payments still without a final answer
+// wait for a later round.
 //
 // The error joins the per-payment failures, which are also counted in the
 // report; the other payments of the batch are still processed. Reconcile
 // stops early, with the context's error, when ctx ends.
 func (s *Service) Reconcile(ctx context.Context, olderThan time.Duration) (ReconcileReport, error) {
 	var rep ReconcileReport
-	pending, err := s.store.PendingPayments(ctx, olderThan, s.batch)
+	pending, err := s.store.ClaimPendingPayments(ctx, max(olderThan, s.callTimeout), s.batch)
 	if err != nil {
 		return rep, fmt.Errorf("payment: reconcile: %w", err)
 	}
@@ -225,12 +228,47 @@ func (s *Service) Reconcile(ctx context.Context, olderThan time.Duration) (Recon
 		if err := s.reconcileOne(ctx, p, &rep); err != nil {
 			rep.Errors++
 			errs = append(errs, err)
-			if terr := s.store.TouchPayment(ctx, p.RequestID); terr != nil {
-				errs = append(errs, terr)
-			}
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// Event is a provider's callback about a payment request, once its
+// signature was checked.
+type Event struct {
+	// ID is the provider's unique event id: a callback delivered several
+	// times carries the same one.
+	ID               string `json:"event_id"`
+	PaymentRequestID string `json:"payment_request_id"`
+	Status           Status `json:"status"`
+	ProviderRef      string `json:"provider_ref"`
+}
+
+// ErrEventRejected reports a callback that was refused and changed nothing:
+// unknown payment, a status that contradicts the settled one, an event id
+// reused with other content, or bad content. It is joined with the store's
+// reason.
+var ErrEventRejected = errors.New("payment: callback rejected")
+
+// ApplyEvent settles the payment a provider callback reports, exactly once
+// per event id (see [store.Store.ApplyPaymentEvent]): a replayed callback
+// returns the order with applied false and changes nothing. Only
+// SUCCEEDED and FAILED settle; other statuses are rejected.
+func (s *Service) ApplyEvent(ctx context.Context, ev Event) (o store.Order, applied bool, err error) {
+	var st store.PaymentStatus
+	switch ev.Status {
+	case StatusSucceeded:
+		st = store.PaymentSucceeded
+	case StatusFailed:
+		st = store.PaymentFailed
+	default:
+		return store.Order{}, false, fmt.Errorf("%w: %w: status %q does not settle a payment", ErrEventRejected, store.ErrInvalid, ev.Status)
+	}
+	o, applied, err = s.store.ApplyPaymentEvent(ctx, store.PaymentEvent{EventID: ev.ID, RequestID: ev.PaymentRequestID, Status: st, ProviderRef: ev.ProviderRef})
+	if err != nil {
+		return o, false, fmt.Errorf("%w: event %q: %w", ErrEventRejected, ev.ID, err)
+	}
+	return o, applied, nil
 }
 
 func (s *Service) reconcileOne(ctx context.Context, p store.Payment, rep *ReconcileReport) error {
@@ -258,10 +296,7 @@ func (s *Service) reconcileOne(ctx context.Context, p store.Payment, rep *Reconc
 	case err != nil:
 		return err
 	case !settled:
-		rep.Pending++
-		if err := s.store.TouchPayment(ctx, p.RequestID); err != nil {
-			return fmt.Errorf("payment: reconcile %s: %w", p.RequestID, err)
-		}
+		rep.Pending++ // the claim restarted its age: a later round asks again
 	case o.Status == store.StatusPaid:
 		rep.Paid++
 	default:

@@ -77,6 +77,15 @@ func (e *env) order(t *testing.T) store.Order {
 	return out.Order
 }
 
+// age makes every pending payment's last attempt an hour old, as if the
+// provider call timeout had long passed.
+func (e *env) age(t *testing.T) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `UPDATE payments SET updated_at = now() - interval '1 hour' WHERE status = 'PENDING'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) status(t *testing.T, orderID string) (store.Status, store.PaymentStatus) {
 	t.Helper()
 	o, err := e.st.GetOrder(context.Background(), orderID)
@@ -166,6 +175,9 @@ func TestPostgres(t *testing.T) {
 		if rep, err := e.svc.Reconcile(ctx, time.Hour); err != nil || rep.Examined != 0 {
 			t.Fatalf("Reconcile(1h) = %+v, %v", rep, err)
 		}
+		// Once the attempt is older than the provider call timeout, the
+		// reconciler settles it.
+		e.age(t)
 		rep, err := e.svc.Reconcile(ctx, 0)
 		if err != nil || rep.Paid != 1 || rep.Recharged != 0 {
 			t.Fatalf("Reconcile = %+v, %v", rep, err)
@@ -192,6 +204,11 @@ func TestPostgres(t *testing.T) {
 		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
 			t.Fatalf("Pay: %v", err)
 		}
+		// Not re-sent while the first attempt may still be in flight.
+		if rep, err := e.svc.Reconcile(ctx, 0); err != nil || rep.Examined != 0 || e.fake.Calls(rid) != 0 {
+			t.Fatalf("Reconcile on a fresh attempt = %+v, %v, %d calls", rep, err, e.fake.Calls(rid))
+		}
+		e.age(t)
 		rep, err := e.svc.Reconcile(ctx, 0)
 		if err != nil || rep.Paid != 1 || rep.Recharged != 1 {
 			t.Fatalf("Reconcile = %+v, %v", rep, err)
@@ -211,6 +228,7 @@ func TestPostgres(t *testing.T) {
 		if _, err := e.st.BeginPayment(ctx, o.ID, rid); err != nil {
 			t.Fatal(err)
 		}
+		e.age(t)
 		// Two reconcilers race on it; the provider sees one charge.
 		other, err := payment.NewService(e.st, e.fake)
 		if err != nil {
@@ -243,6 +261,7 @@ func TestPostgres(t *testing.T) {
 		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
 			t.Fatalf("Pay: %v", err)
 		}
+		e.age(t)
 		rep, err := e.svc.Reconcile(ctx, 0)
 		if err != nil || rep.Pending != 1 {
 			t.Fatalf("Reconcile = %+v, %v", rep, err)
@@ -253,6 +272,7 @@ func TestPostgres(t *testing.T) {
 		if err := e.fake.Complete(rid, payment.StatusFailed); err != nil {
 			t.Fatal(err)
 		}
+		e.age(t)
 		rep, err = e.svc.Reconcile(ctx, 0)
 		if err != nil || rep.Failed != 1 {
 			t.Fatalf("Reconcile = %+v, %v", rep, err)
@@ -328,6 +348,7 @@ func TestPostgres(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		e.age(t)
 		for round, want := range []int{2, 2, 1, 0} {
 			rep, err := e.svc.Reconcile(ctx, 0)
 			if err != nil || rep.Examined != want || rep.Paid != want {
@@ -353,10 +374,12 @@ func TestPostgres(t *testing.T) {
 		}
 		// Both are unknown to the provider; the first re-charge is lost.
 		e.fake.DropNext(payment.AnyRequest)
+		e.age(t)
 		rep, err := e.svc.Reconcile(ctx, 0)
 		if err == nil || !errors.Is(err, payment.ErrTimeout) || rep.Errors != 1 || rep.Paid != 1 || rep.Recharged != 2 {
 			t.Fatalf("Reconcile = %+v, %v", rep, err)
 		}
+		e.age(t)
 		rep, err = e.svc.Reconcile(ctx, 0)
 		if err != nil || rep.Paid != 1 {
 			t.Fatalf("second Reconcile = %+v, %v", rep, err)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1027,4 +1028,142 @@ func testPayments(t *testing.T, srv pgServer) {
 			t.Errorf("settle unknown: %v", err)
 		}
 	})
+
+	t.Run("ClaimIsExclusive", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "42", 100, 250)
+		const n = 20
+		for i := range n {
+			o := e.orderIn(t, fmt.Sprintf("c%d", i), store.StatusCreated)
+			if _, err := e.st.BeginPayment(ctx, o.ID, o.ID+":pay"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.pool.Exec(ctx, `UPDATE payments SET updated_at = now() - interval '1 hour'`); err != nil {
+			t.Fatal(err)
+		}
+		// Four reconcilers claim at once: every payment goes to one of them.
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				got, err := e.st.ClaimPendingPayments(ctx, time.Minute, 10)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, p := range got {
+					seen[p.RequestID]++
+					if p.Attempts != 1 {
+						t.Errorf("%s: attempts %d after one claim", p.RequestID, p.Attempts)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if len(seen) != n {
+			t.Fatalf("claimed %d distinct payments, want %d", len(seen), n)
+		}
+		for id, c := range seen {
+			if c != 1 {
+				t.Fatalf("%s claimed %d times", id, c)
+			}
+		}
+		// A claim restarts the age: nothing is due again within olderThan.
+		if got, err := e.st.ClaimPendingPayments(ctx, time.Minute, 100); err != nil || len(got) != 0 {
+			t.Fatalf("second round claimed %d, %v", len(got), err)
+		}
+		if got, err := e.st.ClaimPendingPayments(ctx, 0, 100); err != nil || len(got) != n {
+			t.Fatalf("age 0 claimed %d, %v", len(got), err)
+		}
+		for _, bad := range []struct {
+			age time.Duration
+			n   int
+		}{{-time.Second, 1}, {0, 0}, {0, store.MaxPendingBatch + 1}} {
+			if _, err := e.st.ClaimPendingPayments(ctx, bad.age, bad.n); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("ClaimPendingPayments(%v, %d): %v", bad.age, bad.n, err)
+			}
+		}
+	})
+
+	t.Run("CallbackSettlesOnce", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "42", 10, 250)
+		o := e.orderIn(t, "cb", store.StatusCreated)
+		rid := o.ID + ":pay"
+		if _, err := e.st.BeginPayment(ctx, o.ID, rid); err != nil {
+			t.Fatal(err)
+		}
+		ev := store.PaymentEvent{EventID: "evt_1", RequestID: rid, Status: store.PaymentSucceeded, ProviderRef: "ch_1"}
+		// The same callback delivered ten times at once settles once.
+		var applied atomic.Int32
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				got, ok, err := e.st.ApplyPaymentEvent(ctx, ev)
+				if err != nil || got.Status != store.StatusPaid {
+					t.Errorf("apply: %+v, %v", got, err)
+				}
+				if ok {
+					applied.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if applied.Load() != 1 {
+			t.Fatalf("applied %d times", applied.Load())
+		}
+		if n := e.count(t, "payment_events"); n != 1 {
+			t.Fatalf("%d events recorded", n)
+		}
+		// Reordered: a later FAILED for a PAID payment changes nothing.
+		late := store.PaymentEvent{EventID: "evt_2", RequestID: rid, Status: store.PaymentFailed}
+		if _, _, err := e.st.ApplyPaymentEvent(ctx, late); !errors.Is(err, store.ErrPaymentConflict) {
+			t.Fatalf("contradicting event: %v", err)
+		}
+		// The same id with other content is refused.
+		forged := ev
+		forged.Status = store.PaymentFailed
+		if _, _, err := e.st.ApplyPaymentEvent(ctx, forged); !errors.Is(err, store.ErrEventConflict) {
+			t.Fatalf("event id reused: %v", err)
+		}
+		if _, _, err := e.st.ApplyPaymentEvent(ctx, store.PaymentEvent{EventID: "evt_3", RequestID: "nope:pay", Status: store.PaymentSucceeded}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown payment: %v", err)
+		}
+		for _, bad := range []store.PaymentEvent{
+			{EventID: "", RequestID: rid, Status: store.PaymentSucceeded},
+			{EventID: "evt_4", RequestID: rid, Status: store.PaymentPending},
+		} {
+			if _, _, err := e.st.ApplyPaymentEvent(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("bad event %+v: %v", bad, err)
+			}
+		}
+		if n := e.count(t, "payment_events"); n != 1 {
+			t.Fatalf("%d events recorded after the refused ones", n)
+		}
+		if p, _ := e.st.GetPayment(ctx, rid); p.Status != store.PaymentSucceeded || p.ProviderRef != "ch_1" {
+			t.Fatalf("payment %+v", p)
+		}
+		// An event that agrees with a payment settled by the charge's own
+		// reply is recorded and changes nothing.
+		o2 := e.orderIn(t, "cb2", store.StatusCreated)
+		if _, err := e.st.BeginPayment(ctx, o2.ID, o2.ID+":pay"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.SettlePayment(ctx, o2.ID+":pay", store.PaymentSucceeded, "ch_2"); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := e.st.ApplyPaymentEvent(ctx, store.PaymentEvent{EventID: "evt_5", RequestID: o2.ID + ":pay", Status: store.PaymentSucceeded, ProviderRef: "ch_2"})
+		if err != nil || ok || got.Status != store.StatusPaid {
+			t.Fatalf("agreeing event: %+v %v %v", got, ok, err)
+		}
+	})
+
 }
