@@ -23,8 +23,10 @@ import (
 //	POST /orders/{id}/pay           pay (idempotent; payment_request_id = {id}:pay)
 //	POST /orders/{id}/cancel        cancel a CREATED order (restocks)
 //	GET  /orders/requests?key=K     the saved answer of a create request
+//	POST /payments/callback         a provider's signed callback (see WithPaymentCallbacks)
 //
-// Every route needs Authorization: Bearer <HS256 JWT>; its sub is the user.
+// Every route but the callback needs Authorization: Bearer <HS256 JWT>; its
+// sub is the user. The callback is authenticated by its HMAC signature.
 func (s *Service) Handler(v *auth.Verifier) http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(ctx context.Context, user string, r *http.Request) Reply) {
@@ -40,6 +42,7 @@ func (s *Service) Handler(v *auth.Verifier) http.Handler {
 	route("POST /orders/{id}/pay", s.handlePay)
 	route("POST /orders/{id}/cancel", s.handleCancel)
 	route("GET /orders/requests", s.handleRequest)
+	mux.HandleFunc("POST /payments/callback", s.handleCallback)
 	return mux
 }
 

@@ -82,12 +82,23 @@ type instance struct {
 	srv      *httptest.Server
 	svc      *orders.Service
 	claims   *idem.Store
-	provider *payment.Fake
+	payments *payment.Service
+	provider *payment.Fake // nil unless the instance has its own fake
 }
 
 // instance starts one ordersd-equivalent service with its own clients and
-// pool, as a separate process would have.
+// pool, as a separate process would have, and its own in-process fake
+// payment provider.
 func (r *rig) instance(t *testing.T, opts ...orders.Option) *instance {
+	t.Helper()
+	fake := payment.NewFake()
+	in := r.instanceWith(t, fake, opts...)
+	in.provider = fake
+	return in
+}
+
+// instanceWith is instance with the payment provider p.
+func (r *rig) instanceWith(t *testing.T, p payment.Provider, opts ...orders.Option) *instance {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, r.dsn)
@@ -119,8 +130,7 @@ func (r *rig) instance(t *testing.T, opts ...orders.Option) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := payment.NewFake()
-	payments, err := payment.NewService(st, fake, payment.WithCallTimeout(time.Second))
+	payments, err := payment.NewService(st, p, payment.WithCallTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +146,7 @@ func (r *rig) instance(t *testing.T, opts ...orders.Option) *instance {
 	}
 	srv := httptest.NewServer(svc.Handler(v))
 	t.Cleanup(srv.Close)
-	return &instance{srv: srv, svc: svc, claims: claims, provider: fake}
+	return &instance{srv: srv, svc: svc, claims: claims, payments: payments}
 }
 
 func tokenFor(t testing.TB, user string) string {

@@ -86,6 +86,9 @@ type Service struct {
 	locker   Locker
 	payments *payment.Service
 	fallback Fallback
+
+	callbackSecret    []byte
+	callbackTolerance time.Duration
 	retry    time.Duration
 	attempts int
 	metrics  *Metrics
@@ -122,6 +125,26 @@ func WithFallback(f Fallback) Option {
 // WithPayments enables POST /orders/{id}/pay.
 func WithPayments(p *payment.Service) Option {
 	return func(svc *Service) error { svc.payments = p; return nil }
+}
+
+// WithPaymentCallbacks makes the handler take provider callbacks on POST
+// /payments/callback, signed with secret (see payment.VerifyCallback) and
+// within tolerance of this host's clock (0: DefaultCallbackTolerance).
+// Without it that route answers 404.
+func WithPaymentCallbacks(secret []byte, tolerance time.Duration) Option {
+	return func(svc *Service) error {
+		if len(secret) < 16 {
+			return errors.New("orders: the payment callback secret must be at least 16 bytes")
+		}
+		if tolerance < 0 {
+			return fmt.Errorf("orders: negative callback tolerance %v", tolerance)
+		}
+		if tolerance == 0 {
+			tolerance = DefaultCallbackTolerance
+		}
+		svc.callbackSecret, svc.callbackTolerance = append([]byte(nil), secret...), tolerance
+		return nil
+	}
 }
 
 // WithRetryAfter sets the Retry-After of 503 answers (default 1s).

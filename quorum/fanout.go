@@ -116,11 +116,25 @@ func isTimeout(c *call, err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// ctxErr returns ctx's error, or context.DeadlineExceeded once ctx's
+// deadline has passed even if its timer has not fired yet: a socket
+// deadline derived from it can fire first, and what happens at or after the
+// caller's deadline is the caller's deadline, not a node's timeout.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // timeoutError is the error of a node that did not answer by the call's
 // deadline: ErrNodeTimeout, or the caller's context error when the caller's
 // context ended first.
 func (c *call) timeoutError() error {
-	if err := c.parent.Err(); err != nil {
+	if err := ctxErr(c.parent); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: no answer within %v", ErrNodeTimeout, c.timeout.Round(time.Millisecond))
@@ -146,7 +160,7 @@ func (c *call) next() (nodeResult, bool) {
 
 func (c *call) run(i int) {
 	v, err := c.script.Run(c.ctx, c.l.nodes[i].client, c.keys, c.args...).Int64()
-	if err != nil && c.parent.Err() == nil && isTimeout(c, err) {
+	if err != nil && ctxErr(c.parent) == nil && isTimeout(c, err) {
 		// Cut off by the call's own deadline (or the client's socket
 		// timeout), not by the caller: keep context.DeadlineExceeded for
 		// the caller's own context.

@@ -287,8 +287,8 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		le.mu.Unlock()
 		qe := l.quorumError(OpExtend, le.key, v.t.ok, v.t.held, v.errs, "", ErrExtendUnconfirmed)
 		var err error = qe
-		if ctx.Err() != nil {
-			err = fmt.Errorf("quorum: extend %q: %w: %w", le.key, ctx.Err(), qe)
+		if cerr := ctxErr(ctx); cerr != nil {
+			err = fmt.Errorf("quorum: extend %q: %w: %w", le.key, cerr, qe)
 		}
 		ev.Err = err
 		l.cfg.observer.ObserveExtend(ev)

@@ -292,7 +292,7 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 		canceled bool
 	)
 	for {
-		if ctx.Err() != nil {
+		if ctxErr(ctx) != nil {
 			lastErr, canceled = ctxError(ctx, "lock", key), true
 			break
 		}
@@ -303,7 +303,7 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 			return lease, nil
 		}
 		lastErr = err
-		if ctx.Err() != nil {
+		if ctxErr(ctx) != nil {
 			lastErr, canceled = ctxError(ctx, "lock", key), true
 			break
 		}
@@ -342,7 +342,7 @@ func resultOf(err error) Result {
 
 // ctxError wraps the context's error (and its cause when it differs).
 func ctxError(ctx context.Context, op, key string) error {
-	err := ctx.Err()
+	err := ctxErr(ctx)
 	if cause := context.Cause(ctx); cause != nil && cause != err {
 		return fmt.Errorf("quorum: %s %q: %w: %w", op, key, err, cause)
 	}

@@ -48,15 +48,9 @@ func (s *Store) ApplyPaymentEvent(ctx context.Context, ev PaymentEvent) (o Order
 		return Order{}, false, fmt.Errorf("%w: provider reference is %d bytes, the limit is %d", ErrInvalid, len(ev.ProviderRef), MaxIDLen)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var orderID string
-		var current PaymentStatus
-		err := tx.QueryRow(ctx, `SELECT order_id, status FROM payments WHERE payment_request_id = $1 FOR UPDATE`, ev.RequestID).
-			Scan(&orderID, &current)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: payment %q", ErrNotFound, ev.RequestID)
-		}
+		orderID, current, err := lockPayment(ctx, tx, ev.RequestID)
 		if err != nil {
-			return fmt.Errorf("store: apply event %q: %w", ev.EventID, err)
+			return err
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO payment_events (event_id, payment_request_id, status, provider_ref)
 VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING`, ev.EventID, ev.RequestID, ev.Status, ev.ProviderRef)

@@ -139,17 +139,9 @@ func (s *Store) SettlePayment(ctx context.Context, requestID string, status Paym
 	}
 	var o Order
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			orderID string
-			current PaymentStatus
-		)
-		err := tx.QueryRow(ctx, `SELECT order_id, status FROM payments WHERE payment_request_id = $1 FOR UPDATE`, requestID).
-			Scan(&orderID, &current)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: payment %q", ErrNotFound, requestID)
-		}
+		orderID, current, err := lockPayment(ctx, tx, requestID)
 		if err != nil {
-			return fmt.Errorf("store: settle payment %q: %w", requestID, err)
+			return err
 		}
 		switch current {
 		case PaymentPending:
@@ -169,6 +161,26 @@ WHERE payment_request_id = $1`, requestID, status, providerRef)
 		return o, err
 	}
 	return o, nil
+}
+
+// lockPayment locks the order of payment requestID, then the payment, in
+// that order: the order every transaction that touches both takes
+// (BeginPayment updates the order, then writes the payment), so that
+// concurrent begins, settlements and callbacks never deadlock. It returns
+// the order id and the payment's status, or an error wrapping ErrNotFound.
+func lockPayment(ctx context.Context, tx pgx.Tx, requestID string) (orderID string, current PaymentStatus, err error) {
+	err = tx.QueryRow(ctx, `SELECT o.order_id FROM orders o JOIN payments p ON p.order_id = o.order_id
+WHERE p.payment_request_id = $1 FOR UPDATE OF o`, requestID).Scan(&orderID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", fmt.Errorf("%w: payment %q", ErrNotFound, requestID)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("store: lock payment %q: %w", requestID, err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT status FROM payments WHERE payment_request_id = $1 FOR UPDATE`, requestID).Scan(&current); err != nil {
+		return "", "", fmt.Errorf("store: lock payment %q: %w", requestID, err)
+	}
+	return orderID, current, nil
 }
 
 // PendingPayments returns up to limit PENDING payments of PAYING orders
