@@ -89,10 +89,10 @@ type Service struct {
 
 	callbackSecret    []byte
 	callbackTolerance time.Duration
-	retry    time.Duration
-	attempts int
-	metrics  *Metrics
-	log      *slog.Logger
+	retry             time.Duration
+	attempts          int
+	metrics           *Metrics
+	log               *slog.Logger
 }
 
 // Option configures New.
