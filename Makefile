@@ -78,6 +78,7 @@ demo: images
 
 compose-up: images
 	CGO_ENABLED=0 $(GO) build -o compose/bin/ordersd ./cmd/ordersd
+	CGO_ENABLED=0 $(GO) build -o compose/bin/fakepay ./cmd/fakepay
 	cd compose && docker-compose up -d --build
 
 compose-down:

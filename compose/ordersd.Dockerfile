@@ -1,9 +1,11 @@
-# ordersd on the local Redis image (Debian bookworm, so it has libc and a
-# shell for debugging). The binary is built on the host with
-# CGO_ENABLED=0 into compose/bin/ordersd before `docker-compose build`.
+# ordersd (and fakepay, the development payment provider) on the local Redis
+# image (Debian bookworm, so it has libc and a shell for debugging). The
+# binaries are built on the host with CGO_ENABLED=0 into compose/bin/ before
+# `docker-compose build`.
 ARG BASE_IMAGE=quorumlock/redis:bookworm
 FROM ${BASE_IMAGE}
 COPY bin/ordersd /usr/local/bin/ordersd
+COPY bin/fakepay /usr/local/bin/fakepay
 USER 65534:65534
 WORKDIR /
 EXPOSE 8080

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -34,6 +35,9 @@ type config struct {
 	idemTTL      time.Duration   // ORDERS_IDEMPOTENCY_TTL
 	idemLease    time.Duration   // ORDERS_PROCESSING_LEASE
 	reconcile    time.Duration   // ORDERS_RECONCILE_INTERVAL
+	paymentURL   string          // ORDERS_PAYMENT_URL
+	payTimeout   time.Duration   // ORDERS_PAYMENT_TIMEOUT
+	callbackKey  string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
 	migrate      bool            // ORDERS_MIGRATE
 	shutdownWait time.Duration
 }
@@ -85,7 +89,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: ordersd serve [flags]")
-		fmt.Fprintln(out, "secrets, from the environment or a file (never a flag): ORDERS_DATABASE_URL or ORDERS_DATABASE_URL_FILE, ORDERS_JWT_SECRET or ORDERS_JWT_SECRET_FILE")
+		fmt.Fprintln(out, "secrets, from the environment or a file (never a flag): ORDERS_DATABASE_URL or ORDERS_DATABASE_URL_FILE, ORDERS_JWT_SECRET or ORDERS_JWT_SECRET_FILE, ORDERS_PAYMENT_CALLBACK_SECRET or ORDERS_PAYMENT_CALLBACK_SECRET_FILE (optional: enables POST /payments/callback)")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.listen, "listen", env("ORDERS_LISTEN", "127.0.0.1:8080"), "HTTP listen address (ORDERS_LISTEN)")
@@ -97,6 +101,10 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.jwtSecret, err = secret("ORDERS_JWT_SECRET"); err != nil {
 		errs = append(errs, err)
 	}
+	if c.callbackKey, err = secret("ORDERS_PAYMENT_CALLBACK_SECRET"); err != nil {
+		errs = append(errs, err)
+	}
+	fs.StringVar(&c.paymentURL, "payment-url", env("ORDERS_PAYMENT_URL", ""), "base URL of the payment provider, e.g. http://127.0.0.1:8090 for fakepay (ORDERS_PAYMENT_URL)")
 	fallback := fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
 	envDuration(fs, &errs, &c.lockTTL, "lock-ttl", "ORDERS_LOCK_TTL", 5*time.Second, "stock lock TTL")
 	envDuration(fs, &errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 2*time.Second, "longest wait for the stock lock")
@@ -104,6 +112,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	envDuration(fs, &errs, &c.idemTTL, "idempotency-ttl", "ORDERS_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency record is kept in Redis")
 	envDuration(fs, &errs, &c.idemLease, "processing-lease", "ORDERS_PROCESSING_LEASE", 10*time.Second, "how long a request may process before a retry may take it over")
 	envDuration(fs, &errs, &c.reconcile, "reconcile-interval", "ORDERS_RECONCILE_INTERVAL", 5*time.Second, "how often payments stuck in PAYING are settled")
+	envDuration(fs, &errs, &c.payTimeout, "payment-timeout", "ORDERS_PAYMENT_TIMEOUT", 10*time.Second, "bound on one charge or query at the provider, retries included; the reconciler re-sends a charge only once its attempt is older")
 	migrateDefault, err := strconv.ParseBool(env("ORDERS_MIGRATE", "true"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("ORDERS_MIGRATE=%q: want true or false", env("ORDERS_MIGRATE", "")))
@@ -153,12 +162,20 @@ func (c config) check() error {
 	if c.databaseURL == "" {
 		errs = append(errs, errors.New("ORDERS_DATABASE_URL is empty"))
 	}
+	if c.paymentURL == "" {
+		errs = append(errs, errors.New("ORDERS_PAYMENT_URL is empty: give the payment provider's base URL (cmd/fakepay for development)"))
+	} else if u, err := url.Parse(c.paymentURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("ORDERS_PAYMENT_URL %q: want an http or https URL with a host", c.paymentURL))
+	}
+	if c.callbackKey != "" && len(c.callbackKey) < 16 {
+		errs = append(errs, errors.New("ORDERS_PAYMENT_CALLBACK_SECRET must be at least 16 bytes"))
+	}
 	if len(c.jwtSecret) < 16 {
 		errs = append(errs, errors.New("ORDERS_JWT_SECRET must be at least 16 bytes"))
 	}
 	for name, d := range map[string]time.Duration{
 		"ORDERS_LOCK_TTL": c.lockTTL, "ORDERS_LOCK_WAIT": c.lockWait, "ORDERS_IDEMPOTENCY_TTL": c.idemTTL,
-		"ORDERS_PROCESSING_LEASE": c.idemLease, "ORDERS_RECONCILE_INTERVAL": c.reconcile,
+		"ORDERS_PROCESSING_LEASE": c.idemLease, "ORDERS_RECONCILE_INTERVAL": c.reconcile, "ORDERS_PAYMENT_TIMEOUT": c.payTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))

@@ -200,7 +200,11 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if err != nil {
 		return err
 	}
-	payments, err := payment.NewService(st, payment.NewFake())
+	provider, err := payment.NewHTTPProvider(cfg.paymentURL, payment.WithAttemptTimeout(min(5*time.Second, cfg.payTimeout)))
+	if err != nil {
+		return fmt.Errorf("payments: %w", err)
+	}
+	payments, err := payment.NewService(st, provider, payment.WithCallTimeout(cfg.payTimeout))
 	if err != nil {
 		return err
 	}
@@ -212,10 +216,13 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if err != nil {
 		return err
 	}
-	svc, err := orders.New(st, issuer,
-		orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
+	svcOpts := []orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
 		orders.WithFallback(cfg.fallback), orders.WithPayments(payments),
-		orders.WithMetrics(metrics), orders.WithLogger(log))
+		orders.WithMetrics(metrics), orders.WithLogger(log)}
+	if cfg.callbackKey != "" {
+		svcOpts = append(svcOpts, orders.WithPaymentCallbacks([]byte(cfg.callbackKey), 0))
+	}
+	svc, err := orders.New(st, issuer, svcOpts...)
 	if err != nil {
 		return err
 	}
@@ -224,6 +231,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	api := svc.Handler(verifier)
 	mux.Handle("/orders", api)
 	mux.Handle("/orders/", api)
+	mux.Handle("POST /payments/callback", api)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		// With the db fallback the service still takes orders when the

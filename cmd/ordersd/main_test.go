@@ -20,6 +20,7 @@ func validEnv(t *testing.T) {
 	t.Setenv("ORDERS_REDIS_ADDRS", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003")
 	t.Setenv("ORDERS_DATABASE_URL", "postgres://u:p@127.0.0.1:5432/db")
 	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123")
+	t.Setenv("ORDERS_PAYMENT_URL", "http://127.0.0.1:8090")
 }
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -44,17 +45,21 @@ func TestConfigFromEnvironment(t *testing.T) {
 // TestBadConfigIsRefused: every bad setting is named in the error.
 func TestBadConfigIsRefused(t *testing.T) {
 	cases := map[string]struct{ env, val, mention string }{
-		"no redis":        {"ORDERS_REDIS_ADDRS", "", "ORDERS_REDIS_ADDRS"},
-		"duplicate redis": {"ORDERS_REDIS_ADDRS", "127.0.0.1:1,127.0.0.1:1", "twice"},
-		"bad redis addr":  {"ORDERS_REDIS_ADDRS", "localhost", "ORDERS_REDIS_ADDRS"},
-		"no database":     {"ORDERS_DATABASE_URL", "", "ORDERS_DATABASE_URL"},
-		"short secret":    {"ORDERS_JWT_SECRET", "short", "ORDERS_JWT_SECRET"},
-		"bad fallback":    {"ORDERS_LOCK_FALLBACK", "maybe", "fallback"},
-		"bad duration":    {"ORDERS_LOCK_TTL", "five", "ORDERS_LOCK_TTL"},
-		"zero ttl":        {"ORDERS_LOCK_TTL", "0s", "ORDERS_LOCK_TTL"},
-		"lease over ttl":  {"ORDERS_PROCESSING_LEASE", "48h", "ORDERS_PROCESSING_LEASE"},
-		"bad listen":      {"ORDERS_LISTEN", "8080", "ORDERS_LISTEN"},
-		"bad durable":     {"ORDERS_REDIS_DURABLE", "maybe", "ORDERS_REDIS_DURABLE"},
+		"no redis":         {"ORDERS_REDIS_ADDRS", "", "ORDERS_REDIS_ADDRS"},
+		"duplicate redis":  {"ORDERS_REDIS_ADDRS", "127.0.0.1:1,127.0.0.1:1", "twice"},
+		"bad redis addr":   {"ORDERS_REDIS_ADDRS", "localhost", "ORDERS_REDIS_ADDRS"},
+		"no database":      {"ORDERS_DATABASE_URL", "", "ORDERS_DATABASE_URL"},
+		"short secret":     {"ORDERS_JWT_SECRET", "short", "ORDERS_JWT_SECRET"},
+		"bad fallback":     {"ORDERS_LOCK_FALLBACK", "maybe", "fallback"},
+		"bad duration":     {"ORDERS_LOCK_TTL", "five", "ORDERS_LOCK_TTL"},
+		"zero ttl":         {"ORDERS_LOCK_TTL", "0s", "ORDERS_LOCK_TTL"},
+		"lease over ttl":   {"ORDERS_PROCESSING_LEASE", "48h", "ORDERS_PROCESSING_LEASE"},
+		"bad listen":       {"ORDERS_LISTEN", "8080", "ORDERS_LISTEN"},
+		"bad durable":      {"ORDERS_REDIS_DURABLE", "maybe", "ORDERS_REDIS_DURABLE"},
+		"no payment url":   {"ORDERS_PAYMENT_URL", "", "ORDERS_PAYMENT_URL"},
+		"bad payment url":  {"ORDERS_PAYMENT_URL", "ftp://x", "ORDERS_PAYMENT_URL"},
+		"short callback":   {"ORDERS_PAYMENT_CALLBACK_SECRET", "short", "ORDERS_PAYMENT_CALLBACK_SECRET"},
+		"zero pay timeout": {"ORDERS_PAYMENT_TIMEOUT", "0s", "ORDERS_PAYMENT_TIMEOUT"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -107,6 +112,8 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 	validEnv(t)
 	t.Setenv("ORDERS_DATABASE_URL", "postgres://u:"+password+"@127.0.0.1:5432/db")
 	t.Setenv("ORDERS_JWT_SECRET", jwtSecret)
+	const callbackKey = "callback-secret-that-must-not-leak-0123"
+	t.Setenv("ORDERS_PAYMENT_CALLBACK_SECRET", callbackKey)
 	for _, args := range [][]string{
 		{"serve", "-h"},
 		{"serve", "-listn", "x"},
@@ -121,7 +128,7 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 			t.Fatalf("%q: accepted", args)
 		}
 		out := stdout.String() + stderr.String() + err.Error()
-		if strings.Contains(out, password) || strings.Contains(out, jwtSecret) {
+		if strings.Contains(out, password) || strings.Contains(out, jwtSecret) || strings.Contains(out, callbackKey) {
 			t.Fatalf("%q printed a secret:\n%s", args, out)
 		}
 		if args[len(args)-1] == "-h" && !errors.Is(err, flag.ErrHelp) {

@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -31,8 +37,38 @@ func TestServe(t *testing.T) {
 	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(bed.RedisAddrs(), ","))
 	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123")
 	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
+	// The payment provider, calling back the daemon once it listens.
+	const cbSecret = "callback-secret-0123456789abcdef"
+	var daemon atomic.Value // the daemon's base URL
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		base, _ := daemon.Load().(string)
+		if base == "" {
+			http.Error(w, "not up yet", http.StatusServiceUnavailable)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		req, _ := http.NewRequest(http.MethodPost, base+"/payments/callback", bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(cb.Close)
+	pay, err := fakepay.New(fakepay.WithCallback(cb.URL, []byte(cbSecret)), fakepay.WithCallbackRetry(20, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paySrv := httptest.NewServer(pay.Handler())
+	t.Cleanup(func() { paySrv.Close(); _ = pay.Close() })
+	t.Setenv("ORDERS_PAYMENT_URL", paySrv.URL)
+	t.Setenv("ORDERS_PAYMENT_CALLBACK_SECRET", cbSecret)
 	var out strings.Builder
-	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2"}, &out, &out); err != nil {
+	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2", "-price", "1999"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := parseConfig(nil, io.Discard)
@@ -52,6 +88,7 @@ func TestServe(t *testing.T) {
 		t.Fatal("serve did not start")
 	}
 	base := "http://" + addr
+	daemon.Store(base)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get(base + path)
 		if err != nil || resp.StatusCode != 200 {
@@ -71,6 +108,49 @@ func TestServe(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /orders: %d %s", resp.StatusCode, body)
+	}
+	var created struct {
+		OrderID string `json:"orderId"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil || created.OrderID == "" {
+		t.Fatalf("created %s: %v", body, err)
+	}
+	// The charge's reply is lost: the order is PAYING, and the provider's
+	// signed callback settles it, charged once.
+	if err := pay.Inject(payment.RequestID(created.OrderID), fakepay.FaultLoseReply, 1); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPost, base+"/orders/"+created.OrderID+"/pay", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
+		t.Fatalf("pay: %d %s", resp.StatusCode, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ = http.NewRequest(http.MethodGet, base+"/orders/"+created.OrderID, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if strings.Contains(string(body), `"status":"PAID"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("order not PAID by the callback: %s; provider %+v", body, pay.Stats().Callbacks)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := pay.Stats(); st.Charges != 1 {
+		t.Fatalf("charged %d times", st.Charges)
 	}
 	resp, err = http.Get(base + "/metrics")
 	if err != nil {

@@ -21,11 +21,15 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // demoSecret signs the demo's tokens; it is used only on loopback.
 const demoSecret = "demo-secret-for-loopback-only-32b"
+
+// demoCallbackSecret signs fakepay's callbacks in the demo, on loopback only.
+const demoCallbackSecret = "demo-callback-secret-loopback-32"
 
 // ordersdProc is one ordersd process of the demo.
 type ordersdProc struct {
@@ -49,11 +53,21 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer
 			return fmt.Errorf("%s: %w", n.Name(), err)
 		}
 	}
+	// The payment provider: fakepay on loopback, started once the first
+	// ordersd (which takes its callbacks) is known.
+	payLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer payLn.Close()
+	payURL := "http://" + payLn.Addr().String()
 	env := append(os.Environ(),
 		"ORDERS_REDIS_ADDRS="+strings.Join(b.RedisAddrs(), ","),
 		"ORDERS_DATABASE_URL="+b.Postgres.DSN(),
 		"ORDERS_JWT_SECRET="+demoSecret,
 		"ORDERS_LOCK_FALLBACK=db",
+		"ORDERS_PAYMENT_URL="+payURL,
+		"ORDERS_PAYMENT_CALLBACK_SECRET="+demoCallbackSecret,
 	)
 	runTool := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, bin, args...)
@@ -90,6 +104,18 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer
 		}
 		fmt.Fprintf(out, "  %s ready at %s\n", p.name, p.url)
 	}
+	pay, err := fakepay.New(fakepay.WithCallback(procs[0].url+"/payments/callback", []byte(demoCallbackSecret)),
+		fakepay.WithCallbackRetry(20, 100*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	paySrv := &http.Server{Handler: pay.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = paySrv.Serve(payLn) }()
+	defer func() {
+		_ = paySrv.Close()
+		_ = pay.Close()
+	}()
+	fmt.Fprintf(out, "  fakepay (the payment provider) at %s, calling back %s\n", payURL, procs[0].name)
 	token, err := runTool("token", "-user", "u1001", "-ttl", "10m")
 	if err != nil {
 		return err
@@ -138,7 +164,71 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer
 	if !verdict.OK() || len(rows) != 1 || stock != 0 {
 		return errors.New("the seed scenario did not end with exactly one order and stock 0")
 	}
+	return payScenario(ctx, procs, pay, token, rows[0].OrderID, out)
+}
+
+// payScenario pays the order from all three instances at once while the
+// provider loses its reply to the first charge request. Only one instance
+// sends the charge; the order is settled by whatever answer comes first (the
+// HTTP client's retry of the same request id, or the provider's signed
+// callback), and the provider counts one charge.
+func payScenario(ctx context.Context, procs []*ordersdProc, pay *fakepay.Server, token, orderID string, out io.Writer) error {
+	rid := orderID + ":pay"
+	if err := pay.Inject(rid, fakepay.FaultLoseReply, 1); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nthe user pays %s on all three instances at once; the provider loses its reply to the first charge request\n", orderID)
+	results := make([]demoResult, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Go(func() { results[i] = send(ctx, http.MethodPost, p.url+"/orders/"+orderID+"/pay", token) })
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.err != nil {
+			return fmt.Errorf("%s: pay: %w", procs[i].name, r.err)
+		}
+		fmt.Fprintf(out, "  %s -> %d %s\n", procs[i].name, r.status, r.body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var last demoResult
+	for {
+		last = send(ctx, http.MethodGet, procs[1].url+"/orders/"+orderID, token)
+		if last.err == nil && strings.Contains(last.body, `"status":"PAID"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the order was not settled by the callback: %s (provider: %+v)", last.body, pay.Stats().Callbacks)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st := pay.Stats()
+	for st.Callbacks.Delivered == 0 && time.Now().Before(deadline) { // the callback may still be on its way
+		time.Sleep(50 * time.Millisecond)
+		st = pay.Stats()
+	}
+	fmt.Fprintf(out, "  settled: %s\n", last.body)
+	fmt.Fprintf(out, "provider: %d charge request(s) for %s, %d charge(s), %d signed callback(s) delivered to %s (a repeated request or callback changes nothing)\n",
+		st.Requests, rid, st.Charges, st.Callbacks.Delivered, procs[0].name)
+	if st.Charges != 1 {
+		return fmt.Errorf("the provider charged %d times", st.Charges)
+	}
 	return nil
+}
+
+func send(ctx context.Context, method, url, token string) demoResult {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return demoResult{err: err}
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return demoResult{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return demoResult{status: resp.StatusCode, body: string(b), err: err}
 }
 
 func startOrdersd(ctx context.Context, bin, name string, env []string) (*ordersdProc, error) {
