@@ -12,7 +12,7 @@
 -- Returns
 --    1  the key holds the token: set now, or already ours (this script was
 --       retried by the client after a first run whose answer was lost)
---    0  the key holds another value (another owner)
+--    0  the key holds another value (another owner), or is of another type
 --   -r  the node may not vote yet: it (re)started less than the window ago
 --       on its own clock and is not known to have kept its data; r is an
 --       upper bound of the milliseconds left. Nothing is written then.
@@ -26,6 +26,23 @@
 -- past the window gets a marker, so that it can vote at once after a
 -- restart that keeps its data. No number is formatted here, so 32-bit
 -- builds (where %d overflows) behave the same.
+-- The key is read first: a node that holds the key answers from it, with
+-- no guard check (refusing grants nothing, and our own token is there only
+-- if an earlier run of this attempt passed the guard). Only a free key,
+-- which this node would grant, goes through the guard.
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then
+  if cur.err and string.find(cur.err, 'WRONGTYPE', 1, true) then
+    return 0
+  end
+  return cur
+end
+if cur then
+  if cur == ARGV[1] then
+    return 1
+  end
+  return 0
+end
 if KEYS[2] then
   local info = redis.call('INFO', 'server')
   local at = string.find(info, 'uptime_in_seconds:', 1, true)
@@ -58,27 +75,7 @@ if KEYS[2] then
     end
   end
 end
--- SET NX GET answers false when it set the key, else the value it found
--- (Redis 7.0 and later). pcall, to tell its errors apart: WRONGTYPE is a key
--- of another type (not ours); a syntax error is a Redis before 7.0, where NX
--- and GET do not combine, which takes the two-call path; any other error is
--- a refused write (OOM, MISCONF, READONLY, ...) and is returned, so that the
--- node counts as failed. An error table is true in Lua: never test it as a
--- success.
-local r = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-if type(r) == 'table' and r.err then
-  if string.find(r.err, 'WRONGTYPE', 1, true) then
-    return 0
-  end
-  if not string.find(r.err, 'syntax error', 1, true) then
-    return r
-  end
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return 1
-  end
-  r = redis.pcall('GET', KEYS[1])
-end
-if r == false or r == ARGV[1] then
-  return 1
-end
-return 0
+-- redis.call, not pcall: a refused write (OOM, MISCONF, READONLY, ...)
+-- raises, so the node counts as failed, never as a vote.
+redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+return 1
