@@ -21,7 +21,7 @@ import (
 //	POST /orders                    create (Idempotency-Key required)
 //	GET  /orders/{id}               read one of the caller's orders
 //	POST /orders/{id}/pay           pay (idempotent; payment_request_id = {id}:pay)
-//	POST /orders/{id}/cancel        cancel a CREATED order (restocks)
+//	POST /orders/{id}/cancel        cancel a CREATED or PAYMENT_FAILED order (restocks once)
 //	GET  /orders/requests?key=K     the saved answer of a create request
 //	POST /payments/callback         a provider's signed callback (see WithPaymentCallbacks)
 //

@@ -114,6 +114,16 @@ func TestStateMachine(t *testing.T) {
 	if a := act(failed, "pay"); a.Status != 200 || statusOf(a) != "PAYMENT_FAILED" {
 		t.Fatalf("declined pay: %d %s", a.Status, a.Body)
 	}
+	// A declined order can be cancelled: its stock comes back, once.
+	beforeCancel := r.stock(t)
+	for range 2 {
+		if a := act(failed, "cancel"); a.Status != 200 || statusOf(a) != "CANCELLED" {
+			t.Fatalf("cancel a PAYMENT_FAILED order: %d %s", a.Status, a.Body)
+		}
+	}
+	if s := r.stock(t); s != beforeCancel+1 {
+		t.Fatalf("stock %d after cancelling a declined order, want %d", s, beforeCancel+1)
+	}
 
 	// The charge succeeds but its reply is lost: PAYING, then the
 	// reconciler settles it with the same request id, never charging twice.

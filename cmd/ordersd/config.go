@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/store"
 )
 
 // config is ordersd's configuration. Every field but the secrets comes from
@@ -36,6 +37,8 @@ type config struct {
 	idemLease    time.Duration   // ORDERS_PROCESSING_LEASE
 	reconcile    time.Duration   // ORDERS_RECONCILE_INTERVAL
 	paymentURL   string          // ORDERS_PAYMENT_URL
+	hold         time.Duration   // ORDERS_ORDER_HOLD
+	expireEvery  time.Duration   // ORDERS_EXPIRE_INTERVAL
 	payTimeout   time.Duration   // ORDERS_PAYMENT_TIMEOUT
 	callbackKey  string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
 	migrate      bool            // ORDERS_MIGRATE
@@ -112,6 +115,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	envDuration(fs, &errs, &c.idemTTL, "idempotency-ttl", "ORDERS_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency record is kept in Redis")
 	envDuration(fs, &errs, &c.idemLease, "processing-lease", "ORDERS_PROCESSING_LEASE", 10*time.Second, "how long a request may process before a retry may take it over")
 	envDuration(fs, &errs, &c.reconcile, "reconcile-interval", "ORDERS_RECONCILE_INTERVAL", 5*time.Second, "how often payments stuck in PAYING are settled")
+	envDuration(fs, &errs, &c.hold, "order-hold", "ORDERS_ORDER_HOLD", store.DefaultHold, "how long an unpaid order keeps its stock before it is cancelled and the stock returned")
+	envDuration(fs, &errs, &c.expireEvery, "expire-interval", "ORDERS_EXPIRE_INTERVAL", 30*time.Second, "how often unpaid orders past the hold are expired")
 	envDuration(fs, &errs, &c.payTimeout, "payment-timeout", "ORDERS_PAYMENT_TIMEOUT", 10*time.Second, "bound on one charge or query at the provider, retries included; the reconciler re-sends a charge only once its attempt is older")
 	migrateDefault, err := strconv.ParseBool(env("ORDERS_MIGRATE", "true"))
 	if err != nil {
@@ -176,6 +181,7 @@ func (c config) check() error {
 	for name, d := range map[string]time.Duration{
 		"ORDERS_LOCK_TTL": c.lockTTL, "ORDERS_LOCK_WAIT": c.lockWait, "ORDERS_IDEMPOTENCY_TTL": c.idemTTL,
 		"ORDERS_PROCESSING_LEASE": c.idemLease, "ORDERS_RECONCILE_INTERVAL": c.reconcile, "ORDERS_PAYMENT_TIMEOUT": c.payTimeout,
+		"ORDERS_ORDER_HOLD": c.hold, "ORDERS_EXPIRE_INTERVAL": c.expireEvery,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))

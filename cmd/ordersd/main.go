@@ -275,6 +275,11 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 			}
 		})
 	}()
+	expired := make(chan struct{})
+	go func() {
+		defer close(expired)
+		expireUnpaid(bg, st, cfg.hold, cfg.expireEvery, log)
+	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -295,6 +300,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	}
 	stopBG()
 	<-reconciled
+	<-expired
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
@@ -319,4 +325,35 @@ func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.Universa
 		redisErr = fmt.Errorf("redis: %d of %d masters answer, a majority is %d", up, len(clients), len(clients)/2+1)
 	}
 	return redisErr, pgErr
+}
+
+// expireUnpaid cancels CREATED orders older than hold every interval, and
+// returns their stock (store.ExpireOrders), until ctx ends. Each round takes
+// batches until one comes back short, at most 100 batches.
+func expireUnpaid(ctx context.Context, st *store.Store, hold, every time.Duration, log *slog.Logger) {
+	const batch = 100
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for range 100 {
+			got, err := st.ExpireOrders(ctx, hold, batch)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("expire unpaid orders", "err", err)
+				}
+				break
+			}
+			for _, o := range got {
+				log.Info("unpaid order expired; stock returned", "order_id", o.ID, "product_id", o.ProductID, "quantity", o.Quantity)
+			}
+			if len(got) < batch {
+				break
+			}
+		}
+	}
 }

@@ -60,6 +60,7 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"bad payment url":  {"ORDERS_PAYMENT_URL", "ftp://x", "ORDERS_PAYMENT_URL"},
 		"short callback":   {"ORDERS_PAYMENT_CALLBACK_SECRET", "short", "ORDERS_PAYMENT_CALLBACK_SECRET"},
 		"zero pay timeout": {"ORDERS_PAYMENT_TIMEOUT", "0s", "ORDERS_PAYMENT_TIMEOUT"},
+		"zero hold":        {"ORDERS_ORDER_HOLD", "0s", "ORDERS_ORDER_HOLD"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

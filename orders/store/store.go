@@ -79,25 +79,39 @@ func (s Status) Valid() bool {
 	return false
 }
 
-// Final reports whether no move leaves s.
+// Final reports whether no move leaves s. (PAYMENT_FAILED is not final:
+// cancelling it returns its stock.)
 func (s Status) Final() bool {
-	return s == StatusPaid || s == StatusPaymentFailed || s == StatusCancelled
+	return s == StatusPaid || s == StatusCancelled
 }
+
+// Holds reports whether an order in state s holds its quantity out of
+// stock: every state but CANCELLED. The stock balance is
+// sum(available) + sum(quantity of orders that hold) = the stock put in.
+func (s Status) Holds() bool { return s.Valid() && s != StatusCancelled }
 
 // CanTransition reports whether the state machine has an edge from -> to.
 func CanTransition(from, to Status) bool {
-	return source(to) == from && from != ""
+	for _, s := range sources(to) {
+		if s == from {
+			return true
+		}
+	}
+	return false
 }
 
-// source returns the only state that may move to to, or "" when none may.
-func source(to Status) Status {
+// sources returns the states that may move to to; none for a target no
+// edge reaches.
+func sources(to Status) []Status {
 	switch to {
-	case StatusPaying, StatusCancelled:
-		return StatusCreated
+	case StatusPaying:
+		return []Status{StatusCreated}
+	case StatusCancelled:
+		return []Status{StatusCreated, StatusPaymentFailed}
 	case StatusPaid, StatusPaymentFailed:
-		return StatusPaying
+		return []Status{StatusPaying}
 	}
-	return ""
+	return nil
 }
 
 // Order is one row of the orders table.

@@ -142,6 +142,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Products", func(t *testing.T) { testProducts(t, srv) })
 	t.Run("Transitions", func(t *testing.T) { testTransitions(t, srv) })
 	t.Run("Payments", func(t *testing.T) { testPayments(t, srv) })
+	t.Run("StockComesBack", func(t *testing.T) { testStockComesBack(t, srv) })
 }
 
 func testMigrate(t *testing.T, srv pgServer) {
@@ -797,8 +798,8 @@ func testTransitions(t *testing.T, srv pgServer) {
 					t.Errorf("%s: order is %s after the call, want %s", key, cur.Status, wantAfter(from, to))
 				}
 				wantDelta := int64(0)
-				if from == store.StatusCreated && to == store.StatusCancelled {
-					wantDelta = o.Quantity
+				if (from == store.StatusCreated || from == store.StatusPaymentFailed) && to == store.StatusCancelled {
+					wantDelta = o.Quantity // the stock of a cancelled order comes back
 				}
 				if after-before != wantDelta {
 					t.Errorf("%s: stock moved by %d, want %d", key, after-before, wantDelta)
@@ -877,10 +878,11 @@ func wantAfter(from, to store.Status) store.Status {
 
 func TestStatusTable(t *testing.T) {
 	allowed := map[[2]store.Status]bool{
-		{store.StatusCreated, store.StatusPaying}:       true,
-		{store.StatusCreated, store.StatusCancelled}:    true,
-		{store.StatusPaying, store.StatusPaid}:          true,
-		{store.StatusPaying, store.StatusPaymentFailed}: true,
+		{store.StatusCreated, store.StatusPaying}:          true,
+		{store.StatusCreated, store.StatusCancelled}:       true,
+		{store.StatusPaying, store.StatusPaid}:             true,
+		{store.StatusPaying, store.StatusPaymentFailed}:    true,
+		{store.StatusPaymentFailed, store.StatusCancelled}: true,
 	}
 	for _, from := range append(allStatuses, "", "SHIPPED") {
 		for _, to := range append(allStatuses, "", "SHIPPED") {
@@ -893,7 +895,7 @@ func TestStatusTable(t *testing.T) {
 		}
 	}
 	for _, s := range allStatuses {
-		final := s == store.StatusPaid || s == store.StatusPaymentFailed || s == store.StatusCancelled
+		final := s == store.StatusPaid || s == store.StatusCancelled
 		if s.Final() != final {
 			t.Errorf("%s.Final() = %v", s, s.Final())
 		}
@@ -1166,4 +1168,167 @@ func testPayments(t *testing.T, srv pgServer) {
 		}
 	})
 
+}
+
+// balanced fails unless every product's available units plus the units
+// held by orders that are not cancelled equal what was put in.
+func (e *env) balanced(t *testing.T, initial map[string]int64) {
+	t.Helper()
+	bs, err := e.st.StockBalances(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if want, ok := initial[b.ProductID]; ok && b.Available+b.Held != want {
+			t.Fatalf("product %s: %d available + %d held = %d, want %d", b.ProductID, b.Available, b.Held, b.Available+b.Held, want)
+		}
+	}
+}
+
+func testStockComesBack(t *testing.T, srv pgServer) {
+	t.Run("CancelAfterAFailedPayment", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "42", 10, 250)
+		o := e.orderIn(t, "pf", store.StatusCreated)
+		if _, err := e.st.BeginPayment(ctx, o.ID, o.ID+":pay"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.SettlePayment(ctx, o.ID+":pay", store.PaymentFailed, ""); err != nil {
+			t.Fatal(err)
+		}
+		before := e.stock(t, "42").Available
+		// Cancelled concurrently from several places: restocked once.
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				if got, err := e.st.Cancel(ctx, o.ID); err != nil || got.Status != store.StatusCancelled {
+					t.Errorf("cancel: %+v, %v", got, err)
+				}
+			})
+		}
+		wg.Wait()
+		if got := e.stock(t, "42").Available; got != before+o.Quantity {
+			t.Fatalf("available %d after cancelling a failed payment, want %d", got, before+o.Quantity)
+		}
+		e.balanced(t, map[string]int64{"42": 10})
+		// PAID and PAYING orders still cannot be cancelled.
+		paying := e.orderIn(t, "py", store.StatusCreated)
+		if _, err := e.st.BeginPayment(ctx, paying.ID, paying.ID+":pay"); err != nil {
+			t.Fatal(err)
+		}
+		var te *store.TransitionError
+		if _, err := e.st.Cancel(ctx, paying.ID); !errors.As(err, &te) || te.Current != store.StatusPaying {
+			t.Fatalf("cancel PAYING: %v", err)
+		}
+	})
+
+	t.Run("UnpaidOrdersExpire", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "42", 100, 250)
+		const n = 20
+		var ids []string
+		for i := range n {
+			ids = append(ids, e.orderIn(t, fmt.Sprintf("x%d", i), store.StatusCreated).ID)
+		}
+		fresh := e.orderIn(t, "fresh", store.StatusCreated)
+		paid := ids[0] // paid before the hold ran out: it keeps its stock
+		if _, err := e.st.BeginPayment(ctx, paid, paid+":pay"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.SettlePayment(ctx, paid+":pay", store.PaymentSucceeded, "r"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx, `UPDATE orders SET created_at = now() - interval '1 hour' WHERE order_id = ANY($1)`, ids); err != nil {
+			t.Fatal(err)
+		}
+		before := e.stock(t, "42").Available
+		// Four reapers at once: every expired order is cancelled by one.
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				got, err := e.st.ExpireOrders(ctx, 15*time.Minute, 7)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, o := range got {
+					seen[o.ID]++
+					if o.Status != store.StatusCancelled {
+						t.Errorf("%s: %s", o.ID, o.Status)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for {
+			got, err := e.st.ExpireOrders(ctx, 15*time.Minute, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) == 0 {
+				break
+			}
+			for _, o := range got {
+				seen[o.ID]++
+			}
+		}
+		if len(seen) != n-1 {
+			t.Fatalf("expired %d orders, want %d", len(seen), n-1)
+		}
+		for id, c := range seen {
+			if c != 1 || id == paid || id == fresh.ID {
+				t.Fatalf("%s expired %d times", id, c)
+			}
+		}
+		if got := e.stock(t, "42").Available; got != before+int64(n-1)*fresh.Quantity {
+			t.Fatalf("available %d, want %d", got, before+int64(n-1)*fresh.Quantity)
+		}
+		e.balanced(t, map[string]int64{"42": 100})
+		for _, bad := range []struct {
+			hold time.Duration
+			n    int
+		}{{0, 1}, {time.Minute, 0}, {time.Minute, store.MaxExpireBatch + 1}} {
+			if _, err := e.st.ExpireOrders(ctx, bad.hold, bad.n); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("ExpireOrders(%v, %d): %v", bad.hold, bad.n, err)
+			}
+		}
+	})
+
+	t.Run("TheBalanceHoldsThroughEveryMove", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "42", 50, 250)
+		for i := range 12 {
+			o := e.orderIn(t, fmt.Sprintf("b%d", i), store.StatusCreated)
+			switch i % 4 {
+			case 0: // paid
+				_, _ = e.st.BeginPayment(ctx, o.ID, o.ID+":pay")
+				_, _ = e.st.SettlePayment(ctx, o.ID+":pay", store.PaymentSucceeded, "r")
+			case 1: // declined, then cancelled
+				_, _ = e.st.BeginPayment(ctx, o.ID, o.ID+":pay")
+				_, _ = e.st.SettlePayment(ctx, o.ID+":pay", store.PaymentFailed, "")
+				if i%8 == 1 {
+					_, _ = e.st.Cancel(ctx, o.ID)
+				}
+			case 2: // cancelled by the user
+				_, _ = e.st.Cancel(ctx, o.ID)
+			case 3: // left unpaid, expired
+				_, _ = e.pool.Exec(ctx, `UPDATE orders SET created_at = now() - interval '1 hour' WHERE order_id = $1`, o.ID)
+			}
+			e.balanced(t, map[string]int64{"42": 50})
+		}
+		if _, err := e.st.ExpireOrders(ctx, time.Minute, 100); err != nil {
+			t.Fatal(err)
+		}
+		e.balanced(t, map[string]int64{"42": 50})
+	})
 }

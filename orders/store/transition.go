@@ -8,10 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Transition moves order orderID to state to along the only edge that leads
-// there (PAYING and CANCELLED from CREATED, PAID and PAYMENT_FAILED from
-// PAYING), with a conditional UPDATE. Moving to CANCELLED returns the
-// order's quantity to stock in the same transaction.
+// Transition moves order orderID to state to along an edge that leads there
+// (PAYING from CREATED; PAID and PAYMENT_FAILED from PAYING; CANCELLED from
+// CREATED or PAYMENT_FAILED), with a conditional UPDATE. Moving to
+// CANCELLED returns the order's quantity to stock in the same transaction,
+// exactly once: the UPDATE that moves the order is the one that restocks.
 //
 // When the order is already in state to, Transition returns it and does
 // nothing: a repeated PAID or CANCELLED is a success, and a repeated cancel
@@ -27,7 +28,7 @@ func (s *Store) Transition(ctx context.Context, orderID string, to Status) (Orde
 	if err := checkText("order id", orderID, MaxIDLen); err != nil {
 		return Order{}, err
 	}
-	if source(to) == "" {
+	if len(sources(to)) == 0 {
 		return Order{}, fmt.Errorf("%w: no transition leads to state %q", ErrInvalid, to)
 	}
 	var (
@@ -50,9 +51,9 @@ func (s *Store) Transition(ctx context.Context, orderID string, to Status) (Orde
 	return o, nil
 }
 
-// Cancel moves a CREATED order to CANCELLED and returns its quantity to
-// stock, exactly once however often and concurrently it is called. It is
-// Transition(ctx, orderID, StatusCancelled).
+// Cancel moves a CREATED or PAYMENT_FAILED order to CANCELLED and returns
+// its quantity to stock, exactly once however often and concurrently it is
+// called. It is Transition(ctx, orderID, StatusCancelled).
 func (s *Store) Cancel(ctx context.Context, orderID string) (Order, error) {
 	return s.Transition(ctx, orderID, StatusCancelled)
 }
@@ -61,10 +62,9 @@ func (s *Store) Cancel(ctx context.Context, orderID string) (Order, error) {
 // changed the state; false with a nil error means the order was already in
 // state to.
 func transitionTx(ctx context.Context, tx pgx.Tx, orderID string, to Status) (o Order, moved bool, err error) {
-	from := source(to)
 	err = scanOrder(tx.QueryRow(ctx, `UPDATE orders SET status = $3, updated_at = now()
-WHERE order_id = $1 AND status = $2
-RETURNING `+orderColumns, orderID, from, to), &o)
+WHERE order_id = $1 AND status = ANY($2)
+RETURNING `+orderColumns, orderID, statusNames(sources(to)), to), &o)
 	switch {
 	case err == nil:
 		if to == StatusCancelled {
@@ -90,4 +90,13 @@ RETURNING `+orderColumns, orderID, from, to), &o)
 		return cur, false, nil
 	}
 	return cur, false, &TransitionError{OrderID: orderID, To: to, Current: cur.Status}
+}
+
+// statusNames returns ss as plain strings, for a text[] parameter.
+func statusNames(ss []Status) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
 }

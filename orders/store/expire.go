@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultHold is how long an unpaid CREATED order keeps its stock before
+// ExpireOrders cancels it.
+const DefaultHold = 15 * time.Minute
+
+// MaxExpireBatch is the largest batch [Store.ExpireOrders] takes.
+const MaxExpireBatch = 1000
+
+// ExpireOrders cancels up to limit CREATED orders placed at least hold ago
+// (by the database's clock), oldest first, and returns their quantities to
+// stock, in one statement: the orders are claimed with FOR UPDATE SKIP
+// LOCKED, so reapers on several instances never take the same order, and
+// moved by a conditional update (status still CREATED), so an order paid
+// or cancelled meanwhile is left alone and no quantity comes back twice. It
+// returns the orders it cancelled. limit is 1 to [MaxExpireBatch].
+func (s *Store) ExpireOrders(ctx context.Context, hold time.Duration, limit int) ([]Order, error) {
+	if hold <= 0 {
+		return nil, fmt.Errorf("%w: hold %v must be positive", ErrInvalid, hold)
+	}
+	if limit < 1 || limit > MaxExpireBatch {
+		return nil, fmt.Errorf("%w: batch size %d is outside 1..%d", ErrInvalid, limit, MaxExpireBatch)
+	}
+	rows, err := s.pool.Query(ctx, `WITH due AS (
+    SELECT order_id FROM orders
+    WHERE status = $1 AND created_at <= now() - make_interval(secs => $2)
+    ORDER BY created_at, order_id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE orders o SET status = $4, updated_at = now()
+    FROM due WHERE o.order_id = due.order_id AND o.status = $1
+    RETURNING o.*
+), restocked AS (
+    UPDATE product_stock ps SET available = ps.available + m.quantity
+    FROM (SELECT product_id, sum(quantity) AS quantity FROM moved GROUP BY product_id) m
+    WHERE ps.product_id = m.product_id
+    RETURNING ps.product_id
+)
+SELECT `+orderColumns+` FROM moved`, StatusCreated, hold.Seconds(), limit, StatusCancelled)
+	if err != nil {
+		return nil, fmt.Errorf("store: expire orders: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Order, error) {
+		var o Order
+		return o, scanOrder(r, &o)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: expire orders: %w", err)
+	}
+	return out, nil
+}
+
+// StockBalance is the check behind "stock never leaks": for every product,
+// the units available plus the units held by orders that are not cancelled.
+type StockBalance struct {
+	ProductID string
+	Available int64
+	Held      int64 // sum of the quantities of orders in a state that Holds
+}
+
+// StockBalances returns the balance of every product, by product id.
+func (s *Store) StockBalances(ctx context.Context) ([]StockBalance, error) {
+	rows, err := s.pool.Query(ctx, `SELECT ps.product_id, ps.available, COALESCE(sum(o.quantity) FILTER (WHERE o.status <> $1), 0)::bigint
+FROM product_stock ps LEFT JOIN orders o ON o.product_id = ps.product_id
+GROUP BY ps.product_id, ps.available ORDER BY ps.product_id`, StatusCancelled)
+	if err != nil {
+		return nil, fmt.Errorf("store: stock balances: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StockBalance, error) {
+		var b StockBalance
+		return b, r.Scan(&b.ProductID, &b.Available, &b.Held)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: stock balances: %w", err)
+	}
+	return out, nil
+}
