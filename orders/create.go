@@ -211,7 +211,10 @@ func (s *Service) place(ctx context.Context, user, key, fp string, o request.Ord
 		if !ok {
 			return r, retryable, nil
 		}
-		p.Fence = fence
+		p.Fence, p.FenceKey = fence, ""
+		if fence == 0 { // Postgres arbitrates alone: the fence is taken in the transaction
+			p.FenceKey = stockKey(p.ProductID)
+		}
 		out, err := s.store.PlaceOrder(ctx, p)
 		switch {
 		case err == nil && out.Replayed:
@@ -279,8 +282,9 @@ func (s *Service) ambiguous(ctx context.Context, user, key, fp string) (Reply, v
 }
 
 // fence takes the stock lock and its fence, or, when the lock cannot be
-// had, a fence straight from the Fencer (FallbackDB) or a 503
-// (FallbackReject). ok is false when r is the answer.
+// had, fence 0 (FallbackDB: the order transaction takes its fence once it
+// holds the stock row) or a 503 (FallbackReject). ok is false when r is the
+// answer.
 func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fence int64, r Reply, ok bool) {
 	// An unknown product gets no lock and no fence counter: bad input
 	// writes nothing.
@@ -313,12 +317,10 @@ func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fen
 		s.metrics.fallback(string(FallbackDB))
 		s.log.Warn("stock lock quorum unavailable; Postgres arbitrates", "key", key, "err", err)
 	}
-	f, err := s.fencer.Next(ctx, key)
-	if err != nil {
-		s.log.Error("fence unavailable", "key", key, "err", err)
-		return nil, 0, problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry)), false
-	}
-	return nil, f, Reply{}, true
+	// The fence is taken inside the order transaction, once it holds the
+	// stock row (PlaceOrder.FenceKey): writers get fences in the order
+	// they get the row and never make each other's fences stale.
+	return nil, 0, Reply{}, true
 }
 
 // renderOutOfStock saves the out-of-stock rejection as the same problem

@@ -64,10 +64,16 @@ type PlaceOrder struct {
 	// Quantity is 1 to MaxQuantity.
 	Quantity int64
 	// Fence is the fencing token for the product's stock: the lease's
-	// Fence() when the stock lock is held, or, when the service arbitrates
-	// with Postgres alone, a token taken directly from the same
-	// fencing.Issuer and key as the lock would use. It must be positive.
+	// Fence() when the stock lock is held. Zero asks for FenceKey instead.
 	Fence int64
+	// FenceKey, when Fence is zero, is the fencing counter (the key the
+	// lock's Fencer uses) from which the transaction takes its token
+	// itself, once it holds the stock row: the way to write when the
+	// service arbitrates with Postgres alone. Writers then get their fences
+	// in the order they get the row, so concurrent writers never make each
+	// other's fences stale; a token taken before the transaction could
+	// reach the row after a later one and be refused.
+	FenceKey string
 	// Render renders the response snapshot of a new order, saved in the
 	// same transaction and replayed byte for byte. Nil means DefaultRender.
 	Render func(Order) (status int, body []byte)
@@ -92,8 +98,13 @@ func (p PlaceOrder) validate() error {
 	if p.Quantity < 1 || p.Quantity > MaxQuantity {
 		return fmt.Errorf("%w: quantity %d is outside 1..%d", ErrInvalid, p.Quantity, MaxQuantity)
 	}
-	if p.Fence <= 0 {
-		return fmt.Errorf("%w: fence %d is not positive", ErrInvalid, p.Fence)
+	switch {
+	case p.Fence < 0:
+		return fmt.Errorf("%w: fence %d is negative", ErrInvalid, p.Fence)
+	case p.Fence == 0 && p.FenceKey == "":
+		return fmt.Errorf("%w: neither a fence nor a fence key", ErrInvalid)
+	case p.Fence > 0 && p.FenceKey != "":
+		return fmt.Errorf("%w: both a fence and a fence key", ErrInvalid)
 	}
 	return nil
 }
@@ -176,6 +187,25 @@ func (s *Store) placeTx(ctx context.Context, p PlaceOrder, orderID string) (_ Ou
 		return Outcome{}, err
 	}
 
+	if p.Fence == 0 {
+		// Postgres arbitrates alone: lock the stock row, then take the
+		// next fence in the same transaction.
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM product_stock WHERE product_id = $1 FOR UPDATE`, p.ProductID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Outcome{}, fmt.Errorf("%w: %q", ErrUnknownProduct, p.ProductID)
+		}
+		if err != nil {
+			return Outcome{}, fmt.Errorf("store: place order: lock stock: %w", err)
+		}
+		iss, err := fencing.NewIssuer(tx)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if p.Fence, err = iss.Next(ctx, p.FenceKey); err != nil {
+			return Outcome{}, fmt.Errorf("store: place order: %w", err)
+		}
+	}
 	var price int64
 	err = s.stock.Update(ctx, tx, fencing.Update{
 		Key:       p.ProductID,
