@@ -3,7 +3,6 @@ package orders_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -175,7 +174,7 @@ func TestCallbackAnswers(t *testing.T) {
 	if a := do(t, http.MethodPost, in.srv.URL+"/orders/"+id+"/pay", tok, "", nil); a.Status != http.StatusAccepted {
 		t.Fatalf("pay: %d %s", a.Status, a.Body)
 	}
-	send := func(body string, secret []byte) answer {
+	callback := func(body string, secret []byte) answer {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, in.srv.URL+"/payments/callback", strings.NewReader(body))
 		if err != nil {
@@ -184,16 +183,7 @@ func TestCallbackAnswers(t *testing.T) {
 		if secret != nil {
 			req.Header.Set(payment.SignatureHeader, payment.SignCallback(secret, []byte(body), time.Now()))
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
+		return send(t, req)
 	}
 	ok := fmt.Sprintf(`{"event_id":"evt_a","payment_request_id":%q,"status":"SUCCEEDED","provider_ref":"ch_9"}`, payment.RequestID(id))
 	for name, c := range map[string]struct {
@@ -207,21 +197,21 @@ func TestCallbackAnswers(t *testing.T) {
 		"unknown":    {`{"event_id":"evt_x","payment_request_id":"ord_nope:pay","status":"SUCCEEDED"}`, callbackSecret, http.StatusNotFound},
 		"bad status": {fmt.Sprintf(`{"event_id":"evt_y","payment_request_id":%q,"status":"PENDING"}`, payment.RequestID(id)), callbackSecret, http.StatusBadRequest},
 	} {
-		if got := send(c.body, c.secret); got.Status != c.want {
+		if got := callback(c.body, c.secret); got.Status != c.want {
 			t.Fatalf("%s: %d %s, want %d", name, got.Status, got.Body, c.want)
 		}
 	}
 	if o, _ := r.st.GetOrder(context.Background(), id); o.Status != store.StatusPaying {
 		t.Fatalf("refused callbacks moved the order to %s", o.Status)
 	}
-	if got := send(ok, callbackSecret); got.Status != http.StatusOK || got.json(t)["applied"] != true || got.json(t)["status"] != "PAID" {
+	if got := callback(ok, callbackSecret); got.Status != http.StatusOK || got.json(t)["applied"] != true || got.json(t)["status"] != "PAID" {
 		t.Fatalf("first delivery: %d %s", got.Status, got.Body)
 	}
-	if got := send(ok, callbackSecret); got.Status != http.StatusOK || got.json(t)["applied"] != false {
+	if got := callback(ok, callbackSecret); got.Status != http.StatusOK || got.json(t)["applied"] != false {
 		t.Fatalf("replay: %d %s", got.Status, got.Body)
 	}
 	late := fmt.Sprintf(`{"event_id":"evt_b","payment_request_id":%q,"status":"FAILED"}`, payment.RequestID(id))
-	if got := send(late, callbackSecret); got.Status != http.StatusConflict {
+	if got := callback(late, callbackSecret); got.Status != http.StatusConflict {
 		t.Fatalf("contradicting callback: %d %s", got.Status, got.Body)
 	}
 	if o, _ := r.st.GetOrder(context.Background(), id); o.Status != store.StatusPaid {
@@ -231,12 +221,7 @@ func TestCallbackAnswers(t *testing.T) {
 	plain := r.instance(t)
 	req, _ := http.NewRequest(http.MethodPost, plain.srv.URL+"/payments/callback", strings.NewReader(ok))
 	req.Header.Set(payment.SignatureHeader, payment.SignCallback(callbackSecret, []byte(ok), time.Now()))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Fatalf("callback without a secret configured: %d", resp.StatusCode)
+	if got := send(t, req); got.Status != http.StatusNotFound {
+		t.Fatalf("callback without a secret configured: %d", got.Status)
 	}
 }

@@ -187,6 +187,12 @@ func do(t testing.TB, method, url, token, key string, body []byte) answer {
 		req.Header.Set("Idempotency-Key", key)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return send(t, req)
+}
+
+// send sends req and reads the whole answer.
+func send(t testing.TB, req *http.Request) answer {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
