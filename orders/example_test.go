@@ -43,6 +43,6 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	verifier, _ := auth.NewVerifier([]byte("a secret of at least sixteen bytes"))
+	verifier, _ := auth.NewVerifier([]byte("a secret of at least thirty-two bytes"))
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", svc.Handler(verifier)))
 }

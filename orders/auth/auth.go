@@ -33,14 +33,18 @@ import (
 
 // Limits.
 const (
-	// MinSecretLen is the shortest accepted secret, in bytes.
-	MinSecretLen = 16
+	// MinSecretLen is the shortest accepted secret, in bytes: 256 bits,
+	// the size of the HS256 key.
+	MinSecretLen = 32
 	// MaxSubjectLen is the longest accepted sub (user id), in bytes.
 	MaxSubjectLen = 128
 	// MaxTokenLen is the longest accepted token, in bytes.
 	MaxTokenLen = 4096
 	// MaxLeeway is the largest clock leeway WithLeeway accepts.
 	MaxLeeway = 5 * time.Minute
+	// DefaultMaxLifetime is how far in the future a token's exp may be by
+	// default (see WithMaxLifetime).
+	DefaultMaxLifetime = 24 * time.Hour
 )
 
 // Sentinel errors.
@@ -63,14 +67,54 @@ var (
 type Verifier struct {
 	secret []byte
 	parser *jwt.Parser
+	cfg    config
 }
 
 // Option configures NewVerifier and Mint.
 type Option func(*config) error
 
 type config struct {
-	leeway time.Duration
-	now    func() time.Time
+	leeway      time.Duration
+	now         func() time.Time
+	issuer      string
+	audience    string
+	maxLifetime time.Duration
+}
+
+// WithIssuer makes Verify require the iss claim to equal iss. Mint sets it.
+func WithIssuer(iss string) Option {
+	return func(c *config) error {
+		if iss == "" {
+			return fmt.Errorf("auth: %w: empty issuer", ErrInvalidArgument)
+		}
+		c.issuer = iss
+		return nil
+	}
+}
+
+// WithAudience makes Verify require the aud claim to contain aud. Mint
+// sets it.
+func WithAudience(aud string) Option {
+	return func(c *config) error {
+		if aud == "" {
+			return fmt.Errorf("auth: %w: empty audience", ErrInvalidArgument)
+		}
+		c.audience = aud
+		return nil
+	}
+}
+
+// WithMaxLifetime makes Verify refuse a token whose exp lies more than d
+// (plus the leeway) in the future: a leaked long-lived token stops being
+// accepted. Default DefaultMaxLifetime. Mint ignores it.
+func WithMaxLifetime(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("auth: %w: max lifetime %v is not positive", ErrInvalidArgument, d)
+		}
+		c.maxLifetime = d
+		return nil
+	}
 }
 
 // WithLeeway allows exp, nbf and iat to be off by up to d, for clock skew
@@ -99,7 +143,7 @@ func WithClock(now func() time.Time) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{now: time.Now}
+	c := config{now: time.Now, maxLifetime: DefaultMaxLifetime}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return c, err
@@ -126,16 +170,24 @@ func NewVerifier(secret []byte, opts ...Option) (*Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
+	popts := []jwt.ParserOption{
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(c.leeway),
+		jwt.WithTimeFunc(c.now),
+		jwt.WithStrictDecoding(),
+	}
+	if c.issuer != "" {
+		popts = append(popts, jwt.WithIssuer(c.issuer))
+	}
+	if c.audience != "" {
+		popts = append(popts, jwt.WithAudience(c.audience))
+	}
 	return &Verifier{
 		secret: append([]byte(nil), secret...),
-		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-			jwt.WithExpirationRequired(),
-			jwt.WithIssuedAt(),
-			jwt.WithLeeway(c.leeway),
-			jwt.WithTimeFunc(c.now),
-			jwt.WithStrictDecoding(),
-		),
+		parser: jwt.NewParser(popts...),
+		cfg:    c,
 	}, nil
 }
 
@@ -168,6 +220,9 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (string, er
 	}
 	if err := checkSubject(claims.Subject); err != nil {
 		return "", fmt.Errorf("auth: %w: %v", ErrInvalidToken, err)
+	}
+	if limit := v.cfg.now().Add(v.cfg.maxLifetime + v.cfg.leeway); claims.ExpiresAt.After(limit) {
+		return "", fmt.Errorf("auth: %w: exp is more than %v away", ErrInvalidToken, v.cfg.maxLifetime)
 	}
 	return claims.Subject, nil
 }
@@ -245,8 +300,12 @@ func Mint(secret []byte, userID string, ttl time.Duration, opts ...Option) (stri
 	now := c.now()
 	claims := jwt.RegisteredClaims{
 		Subject:   userID,
+		Issuer:    c.issuer,
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}
+	if c.audience != "" {
+		claims.Audience = jwt.ClaimStrings{c.audience}
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 	if err != nil {

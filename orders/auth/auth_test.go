@@ -207,13 +207,13 @@ func TestVerifyCancelledContext(t *testing.T) {
 }
 
 func TestNewVerifier(t *testing.T) {
-	for _, s := range [][]byte{nil, {}, []byte("fifteen-bytes!!")} {
+	for _, s := range [][]byte{nil, {}, []byte("fifteen-bytes!!"), []byte("sixteen-bytes!!!")} {
 		if _, err := auth.NewVerifier(s); !errors.Is(err, auth.ErrWeakSecret) {
 			t.Errorf("NewVerifier(%d bytes) err = %v, want ErrWeakSecret", len(s), err)
 		}
 	}
-	if _, err := auth.NewVerifier([]byte("sixteen-bytes!!!")); err != nil {
-		t.Errorf("16-byte secret: %v", err)
+	if _, err := auth.NewVerifier([]byte("thirty-two-bytes-of-secret-xxxxx")); err != nil {
+		t.Errorf("32-byte secret: %v", err)
 	}
 	for _, o := range []auth.Option{auth.WithLeeway(-time.Second), auth.WithLeeway(auth.MaxLeeway + 1), auth.WithClock(nil)} {
 		if _, err := auth.NewVerifier(testSecret(), o); !errors.Is(err, auth.ErrInvalidArgument) {
@@ -289,6 +289,62 @@ func TestParseBearer(t *testing.T) {
 		got, err := auth.ParseBearer(tc.in)
 		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 			t.Errorf("ParseBearer(%q) = %q, %v; want %q, %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// A secret shorter than the HS256 key size is refused; issuer and audience
+// are checked when configured; a token that expires further away than the
+// maximum lifetime is refused.
+func TestSecretIssuerAudienceLifetime(t *testing.T) {
+	ctx := context.Background()
+	if _, err := auth.NewVerifier([]byte("sixteen-bytes-16")); !errors.Is(err, auth.ErrWeakSecret) {
+		t.Fatalf("16-byte secret: %v", err)
+	}
+	if _, err := auth.NewVerifier([]byte("thirty-one-bytes-of-secret-xxxx")); !errors.Is(err, auth.ErrWeakSecret) {
+		t.Fatalf("31-byte secret: %v", err)
+	}
+	at := fixedClock(t0())
+	minted := func(opts ...auth.Option) string {
+		t.Helper()
+		tok, err := auth.Mint(testSecret(), "u1", time.Hour, append([]auth.Option{auth.WithClock(at)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + tok
+	}
+	v := newVerifier(t, auth.WithIssuer("https://id.example"), auth.WithAudience("orders"))
+	if _, err := v.Verify(ctx, minted(auth.WithIssuer("https://id.example"), auth.WithAudience("orders"))); err != nil {
+		t.Fatalf("matching iss and aud: %v", err)
+	}
+	for name, tok := range map[string]string{
+		"no iss":    minted(auth.WithAudience("orders")),
+		"other iss": minted(auth.WithIssuer("https://evil.example"), auth.WithAudience("orders")),
+		"no aud":    minted(auth.WithIssuer("https://id.example")),
+		"other aud": minted(auth.WithIssuer("https://id.example"), auth.WithAudience("billing")),
+	} {
+		if _, err := v.Verify(ctx, tok); !errors.Is(err, auth.ErrInvalidToken) {
+			t.Errorf("%s: %v, want ErrInvalidToken", name, err)
+		}
+	}
+	// Without the options, iss and aud are not looked at.
+	if _, err := newVerifier(t).Verify(ctx, minted(auth.WithIssuer("anyone"))); err != nil {
+		t.Fatalf("iss not configured: %v", err)
+	}
+	// Lifetime: a year-long token is refused by default, a short one not.
+	long, err := auth.Mint(testSecret(), "u1", 365*24*time.Hour, auth.WithClock(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newVerifier(t).Verify(ctx, "Bearer "+long); !errors.Is(err, auth.ErrInvalidToken) {
+		t.Fatalf("a year-long token: %v", err)
+	}
+	if _, err := newVerifier(t, auth.WithMaxLifetime(30*time.Minute)).Verify(ctx, minted()); !errors.Is(err, auth.ErrInvalidToken) {
+		t.Fatalf("a 1h token against a 30m cap: %v", err)
+	}
+	for _, bad := range []auth.Option{auth.WithIssuer(""), auth.WithAudience(""), auth.WithMaxLifetime(0)} {
+		if _, err := auth.NewVerifier(testSecret(), bad); !errors.Is(err, auth.ErrInvalidArgument) {
+			t.Errorf("bad option: %v", err)
 		}
 	}
 }

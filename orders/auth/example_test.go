@@ -10,7 +10,7 @@ import (
 )
 
 func ExampleVerifier_Verify() {
-	secret := []byte("a-dev-secret-of-at-least-16-bytes")
+	secret := []byte("a-dev-secret-of-at-least-32-bytes")
 	v, err := auth.NewVerifier(secret, auth.WithLeeway(5*time.Second))
 	if err != nil {
 		panic(err)
@@ -33,10 +33,10 @@ func ExampleVerifier_Verify() {
 }
 
 func ExampleMint() {
-	secret := []byte("a-dev-secret-of-at-least-16-bytes")
+	secret := []byte("a-dev-secret-of-at-least-32-bytes")
 	at := func() time.Time { return time.Unix(1_800_000_000, 0) }
 	tok, _ := auth.Mint(secret, "u1001", 15*time.Minute, auth.WithClock(at))
 	fmt.Println(tok)
 	// Output:
-	// eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1MTAwMSIsImV4cCI6MTgwMDAwMDkwMCwiaWF0IjoxODAwMDAwMDAwfQ.CfnWfB6VbTC5FhIkDvY4TZYBIz2klg1LCO0VX3P2hGw
+	// eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1MTAwMSIsImV4cCI6MTgwMDAwMDkwMCwiaWF0IjoxODAwMDAwMDAwfQ.YjsF_bU_XcJPZD0QXPEDxyQdMjAjWhWQeVFw7Btw-2k
 }
