@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -30,6 +31,15 @@ type Reply struct {
 func jsonReply(status int, body []byte) Reply {
 	h := http.Header{}
 	h.Set("Content-Type", contentTypeFor(status))
+	if status == http.StatusCreated {
+		// A created order, first answer or replay: point at it.
+		var o struct {
+			OrderID string `json:"orderId"`
+		}
+		if json.Unmarshal(body, &o) == nil && o.OrderID != "" {
+			h.Set("Location", "/orders/"+url.PathEscape(o.OrderID))
+		}
+	}
 	return Reply{Status: status, Header: h, Body: body}
 }
 
@@ -55,11 +65,11 @@ func problemReply(p problem.Problem) Reply {
 	return Reply{Status: problem.StatusOf(p), Header: h, Body: body}
 }
 
-func replay(status int, contentType string, body []byte) Reply {
+// replay answers a saved snapshot again. Its Content-Type follows from the
+// saved status, as for a first answer: a content type kept beside the
+// snapshot (in Redis) is never sent back verbatim.
+func replay(status int, body []byte) Reply {
 	r := jsonReply(status, body)
-	if contentType != "" {
-		r.Header.Set("Content-Type", contentType)
-	}
 	r.Header.Set(HeaderReplayed, "true")
 	return r
 }
@@ -98,7 +108,7 @@ func (s *Service) Create(ctx context.Context, user, key string, o request.Order)
 			s.log.Warn("idempotency claim unavailable; Postgres arbitrates", "err", err)
 			claimed = true
 		case res.Outcome == idem.Success:
-			return replay(res.Response.Status, res.Response.ContentType, res.Response.Body)
+			return replay(res.Response.Status, res.Response.Body)
 		case res.Outcome == idem.InProgress:
 			return s.inProgress(key, res.Lease)
 		case res.Outcome == idem.FingerprintMismatch:
@@ -160,7 +170,7 @@ func (s *Service) afterTakeover(ctx context.Context, k idem.Key, fp, owner strin
 	if err := s.idem.Repair(sctx, k, fp, resp); err != nil {
 		s.log.Warn("takeover: repair of the idempotency record failed", "err", err)
 	}
-	return replay(out.ResponseStatus, resp.ContentType, out.ResponseBody), true
+	return replay(out.ResponseStatus, out.ResponseBody), true
 }
 
 // settleClaim records a final answer in Redis, or drops the claim so that
@@ -219,7 +229,7 @@ func (s *Service) place(ctx context.Context, user, key, fp string, o request.Ord
 		switch {
 		case err == nil && out.Replayed:
 			s.metrics.place("replayed")
-			return replay(out.ResponseStatus, contentTypeFor(out.ResponseStatus), out.ResponseBody), final, lease
+			return replay(out.ResponseStatus, out.ResponseBody), final, lease
 		case err == nil:
 			s.metrics.place("created")
 			return jsonReply(out.ResponseStatus, out.ResponseBody), final, lease
@@ -270,7 +280,7 @@ func (s *Service) ambiguous(ctx context.Context, user, key, fp string) (Reply, v
 	case errors.Is(err, store.ErrNotFound):
 		return problemReply(problem.ServiceUnavailable("the order could not be placed; retry with the same Idempotency-Key", s.retry)), retryable
 	case err == nil && out.Fingerprint == fp:
-		return replay(out.ResponseStatus, contentTypeFor(out.ResponseStatus), out.ResponseBody), final
+		return replay(out.ResponseStatus, out.ResponseBody), final
 	case err == nil:
 		return problemReply(problem.FingerprintMismatch()), retryable
 	}
@@ -303,12 +313,18 @@ func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fen
 			return l, l.Fence(), Reply{}, true
 		case ctx.Err() != nil:
 			return nil, 0, problemReply(problem.ServiceUnavailable("request cancelled or out of time", s.retry)), false
-		case !errors.Is(err, quorum.ErrQuorumUnavailable):
+		case errors.Is(err, quorum.ErrNotAcquired):
 			// The lock works and someone else holds it: contention, not
 			// an outage. Going around it would only make the holder's
 			// fence stale.
 			s.metrics.place("lock_busy")
 			return nil, 0, problemReply(problem.ServiceUnavailable("the product is busy; retry", s.retry)), false
+		case !errors.Is(err, quorum.ErrQuorumUnavailable):
+			// The lock was won but its fence could not be taken: the
+			// database, not contention.
+			s.metrics.place("error")
+			s.log.Error("stock lock: fence unavailable", "key", key, "err", err)
+			return nil, 0, problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry)), false
 		case s.fallback == FallbackReject:
 			s.metrics.fallback(string(FallbackReject))
 			s.log.Warn("stock lock unavailable; rejecting", "key", key, "err", err)

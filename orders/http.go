@@ -83,6 +83,12 @@ func (s *Service) handleCreate(ctx context.Context, user string, r *http.Request
 		if errors.Is(err, request.ErrTooLarge) {
 			return problemReply(problem.PayloadTooLarge(request.MaxBodyBytes))
 		}
+		if errors.Is(err, request.ErrRead) {
+			// The read error names socket addresses: log it, answer
+			// without it.
+			s.log.Info("request body could not be read", "err", err)
+			return problemReply(problem.InvalidRequest("", "the request body could not be read"))
+		}
 		var re *request.Error
 		field := ""
 		if errors.As(err, &re) {
@@ -208,7 +214,7 @@ func (s *Service) handleRequest(ctx context.Context, user string, r *http.Reques
 		if rec, err = s.idem.Get(ctx, k); err == nil {
 			haveRec = true
 			if rec.State == idem.StateSuccess && rec.Response != nil {
-				return replay(rec.Response.Status, rec.Response.ContentType, rec.Response.Body)
+				return replay(rec.Response.Status, rec.Response.Body)
 			}
 		}
 	}
@@ -223,7 +229,7 @@ func (s *Service) handleRequest(ctx context.Context, user string, r *http.Reques
 			}
 			cancel()
 		}
-		return replay(out.ResponseStatus, resp.ContentType, out.ResponseBody)
+		return replay(out.ResponseStatus, out.ResponseBody)
 	case !errors.Is(err, store.ErrNotFound):
 		return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
 	case haveRec && rec.State == idem.StateInProgress && rec.LeaseLeft > 0:
