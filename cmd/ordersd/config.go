@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -37,12 +39,15 @@ type config struct {
 	idemLease    time.Duration   // ORDERS_PROCESSING_LEASE
 	reconcile    time.Duration   // ORDERS_RECONCILE_INTERVAL
 	paymentURL   string          // ORDERS_PAYMENT_URL
+	jwtIssuer    string          // ORDERS_JWT_ISSUER
+	jwtAudience  string          // ORDERS_JWT_AUDIENCE
+	jwtLifetime  time.Duration   // ORDERS_JWT_MAX_LIFETIME
 	hold         time.Duration   // ORDERS_ORDER_HOLD
 	expireEvery  time.Duration   // ORDERS_EXPIRE_INTERVAL
 	payTimeout   time.Duration   // ORDERS_PAYMENT_TIMEOUT
 	callbackKey  string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
 	migrate      bool            // ORDERS_MIGRATE
-	shutdownWait time.Duration
+	shutdownWait time.Duration   // ORDERS_SHUTDOWN_WAIT
 }
 
 // secret returns the value of the secret name: from the file named by
@@ -107,6 +112,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.callbackKey, err = secret("ORDERS_PAYMENT_CALLBACK_SECRET"); err != nil {
 		errs = append(errs, err)
 	}
+	fs.StringVar(&c.jwtIssuer, "jwt-issuer", env("ORDERS_JWT_ISSUER", ""), "require this iss in every token (ORDERS_JWT_ISSUER; empty: not checked)")
+	fs.StringVar(&c.jwtAudience, "jwt-audience", env("ORDERS_JWT_AUDIENCE", ""), "require this aud in every token (ORDERS_JWT_AUDIENCE; empty: not checked)")
+	envDuration(fs, &errs, &c.jwtLifetime, "jwt-max-lifetime", "ORDERS_JWT_MAX_LIFETIME", auth.DefaultMaxLifetime, "refuse tokens whose exp is further away than this")
 	fs.StringVar(&c.paymentURL, "payment-url", env("ORDERS_PAYMENT_URL", ""), "base URL of the payment provider, e.g. http://127.0.0.1:8090 for fakepay (ORDERS_PAYMENT_URL)")
 	fallback := fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
 	envDuration(fs, &errs, &c.lockTTL, "lock-ttl", "ORDERS_LOCK_TTL", 5*time.Second, "stock lock TTL")
@@ -128,11 +136,14 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		errs = append(errs, fmt.Errorf("ORDERS_REDIS_DURABLE=%q: want true or false", env("ORDERS_REDIS_DURABLE", "")))
 	}
 	durable := fs.Bool("redis-durable", durableDefault, "the Redis masters run appendonly yes with appendfsync always: a restarted node that kept its data votes at once (ORDERS_REDIS_DURABLE)")
-	fs.DurationVar(&c.shutdownWait, "shutdown-wait", 10*time.Second, "how long in-flight requests may finish on shutdown")
+	envDuration(fs, &errs, &c.shutdownWait, "shutdown-wait", "ORDERS_SHUTDOWN_WAIT", 0, "how long in-flight requests may finish on shutdown; 0: as long as the longest handler can take (the processing lease, or a payment call plus its settlement), plus 5s")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.migrate = *migrate
+	if c.shutdownWait == 0 {
+		c.shutdownWait = c.longestHandler() + 5*time.Second
+	}
 	c.redisDurable = *durable
 	for _, a := range strings.Split(*addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -146,8 +157,18 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	return c, errors.Join(errs...)
 }
 
+// longestHandler bounds how long one request can run: a create request
+// within its processing lease, or a pay request: the provider call plus the
+// settlement (payment.DefaultSettleTimeout).
+func (c config) longestHandler() time.Duration {
+	return max(c.idemLease, c.payTimeout+payment.DefaultSettleTimeout)
+}
+
 func (c config) check() error {
 	var errs []error
+	if c.shutdownWait < c.longestHandler() {
+		errs = append(errs, fmt.Errorf("ORDERS_SHUTDOWN_WAIT (%v) is shorter than the longest request can take (%v): a shutdown would cut requests off", c.shutdownWait, c.longestHandler()))
+	}
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		errs = append(errs, fmt.Errorf("ORDERS_LISTEN %q: %w", c.listen, err))
 	}
@@ -175,13 +196,13 @@ func (c config) check() error {
 	if c.callbackKey != "" && len(c.callbackKey) < 16 {
 		errs = append(errs, errors.New("ORDERS_PAYMENT_CALLBACK_SECRET must be at least 16 bytes"))
 	}
-	if len(c.jwtSecret) < 16 {
-		errs = append(errs, errors.New("ORDERS_JWT_SECRET must be at least 16 bytes"))
+	if len(c.jwtSecret) < auth.MinSecretLen {
+		errs = append(errs, fmt.Errorf("ORDERS_JWT_SECRET must be at least %d bytes", auth.MinSecretLen))
 	}
 	for name, d := range map[string]time.Duration{
 		"ORDERS_LOCK_TTL": c.lockTTL, "ORDERS_LOCK_WAIT": c.lockWait, "ORDERS_IDEMPOTENCY_TTL": c.idemTTL,
 		"ORDERS_PROCESSING_LEASE": c.idemLease, "ORDERS_RECONCILE_INTERVAL": c.reconcile, "ORDERS_PAYMENT_TIMEOUT": c.payTimeout,
-		"ORDERS_ORDER_HOLD": c.hold, "ORDERS_EXPIRE_INTERVAL": c.expireEvery,
+		"ORDERS_ORDER_HOLD": c.hold, "ORDERS_JWT_MAX_LIFETIME": c.jwtLifetime, "ORDERS_EXPIRE_INTERVAL": c.expireEvery,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))

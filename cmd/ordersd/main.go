@@ -208,7 +208,14 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if err != nil {
 		return err
 	}
-	verifier, err := auth.NewVerifier([]byte(cfg.jwtSecret))
+	vopts := []auth.Option{auth.WithMaxLifetime(cfg.jwtLifetime)}
+	if cfg.jwtIssuer != "" {
+		vopts = append(vopts, auth.WithIssuer(cfg.jwtIssuer))
+	}
+	if cfg.jwtAudience != "" {
+		vopts = append(vopts, auth.WithAudience(cfg.jwtAudience))
+	}
+	verifier, err := auth.NewVerifier([]byte(cfg.jwtSecret), vopts...)
 	if err != nil {
 		return err
 	}
@@ -236,13 +243,24 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		// With the db fallback the service still takes orders when the
 		// Redis majority is gone, so only Postgres decides readiness then.
+		// The answer names what is wrong, never a driver's error (which
+		// can carry hosts and user names); the log has the details.
 		redisErr, pgErr := readiness(r.Context(), pool, clients)
 		if pgErr != nil || (redisErr != nil && cfg.fallback == orders.FallbackReject) {
-			http.Error(w, errors.Join(pgErr, redisErr).Error(), http.StatusServiceUnavailable)
+			log.Warn("not ready", "postgres", pgErr, "redis", redisErr)
+			msg := "not ready:"
+			if pgErr != nil {
+				msg += " Postgres does not answer;"
+			}
+			if redisErr != nil {
+				msg += " a majority of the Redis masters does not answer;"
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		if redisErr != nil {
-			_, _ = fmt.Fprintf(w, "ready (degraded: %v; Postgres arbitrates)\n", redisErr)
+			log.Warn("ready, degraded", "redis", redisErr)
+			_, _ = io.WriteString(w, "ready (degraded: a majority of the Redis masters does not answer; Postgres arbitrates)\n")
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")

@@ -19,7 +19,7 @@ func validEnv(t *testing.T) {
 	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
 	t.Setenv("ORDERS_REDIS_ADDRS", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003")
 	t.Setenv("ORDERS_DATABASE_URL", "postgres://u:p@127.0.0.1:5432/db")
-	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123")
+	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	t.Setenv("ORDERS_PAYMENT_URL", "http://127.0.0.1:8090")
 }
 
@@ -31,6 +31,9 @@ func TestConfigFromEnvironment(t *testing.T) {
 	c, err := parseConfig(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.shutdownWait < c.idemLease || c.shutdownWait < c.payTimeout {
+		t.Fatalf("default shutdown wait %v is shorter than a handler can take", c.shutdownWait)
 	}
 	if len(c.redisAddrs) != 3 || c.fallback != "reject" || c.lockTTL != 7*time.Second || c.idemTTL != 24*time.Hour || !c.redisDurable {
 		t.Fatalf("config %+v", c)
@@ -61,6 +64,7 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"short callback":   {"ORDERS_PAYMENT_CALLBACK_SECRET", "short", "ORDERS_PAYMENT_CALLBACK_SECRET"},
 		"zero pay timeout": {"ORDERS_PAYMENT_TIMEOUT", "0s", "ORDERS_PAYMENT_TIMEOUT"},
 		"zero hold":        {"ORDERS_ORDER_HOLD", "0s", "ORDERS_ORDER_HOLD"},
+		"short shutdown":   {"ORDERS_SHUTDOWN_WAIT", "1s", "ORDERS_SHUTDOWN_WAIT"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -75,12 +79,12 @@ func TestBadConfigIsRefused(t *testing.T) {
 }
 
 func TestTokenSubcommand(t *testing.T) {
-	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123")
+	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"token", "-user", "u1001", "-ttl", "5m"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	v, err := auth.NewVerifier([]byte("0123456789abcdef0123"))
+	v, err := auth.NewVerifier([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
 	}

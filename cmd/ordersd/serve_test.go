@@ -35,7 +35,7 @@ func TestServe(t *testing.T) {
 	dsn := bed.Postgres.NewDatabase(t)
 	t.Setenv("ORDERS_DATABASE_URL", dsn)
 	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(bed.RedisAddrs(), ","))
-	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123")
+	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
 	// The payment provider, calling back the daemon once it listens.
 	const cbSecret = "callback-secret-0123456789abcdef"
@@ -96,7 +96,7 @@ func TestServe(t *testing.T) {
 		}
 		_ = resp.Body.Close()
 	}
-	tok, _ := auth.Mint([]byte("0123456789abcdef0123"), "u1", time.Hour)
+	tok, _ := auth.Mint([]byte("0123456789abcdef0123456789abcdef"), "u1", time.Hour)
 	req, _ := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(`{"productId":42,"quantity":1,"addressVersion":"v1"}`))
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Idempotency-Key", "k1")
@@ -171,5 +171,52 @@ func TestServe(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+}
+
+// /readyz names what is wrong, never a driver's error: those carry hosts,
+// ports and user names.
+func TestReadyzLeaksNoDriverError(t *testing.T) {
+	bed := testbed.Start(t, testbed.Options{Redis: 1, Postgres: true})
+	t.Setenv("ORDERS_DATABASE_URL", bed.Postgres.NewDatabase(t))
+	// One live master of three: no majority.
+	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(append(bed.RedisAddrs(), "127.0.0.1:1", "127.0.0.1:2"), ","))
+	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
+	t.Setenv("ORDERS_PAYMENT_URL", "http://127.0.0.1:9")
+	t.Setenv("ORDERS_LOCK_FALLBACK", "reject")
+	cfg, err := parseConfig(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, ready, io.Discard) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "Redis") {
+		t.Fatalf("/readyz: %d %s", resp.StatusCode, body)
+	}
+	for _, leak := range []string{"127.0.0.1:1", "127.0.0.1:2", "dial", "refused"} {
+		if strings.Contains(string(body), leak) {
+			t.Fatalf("/readyz names %q: %s", leak, body)
+		}
 	}
 }
