@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,28 +28,31 @@ import (
 // never as a flag default (flag defaults are printed by -h and on any flag
 // error).
 type config struct {
-	listen       string          // ORDERS_LISTEN
-	redisAddrs   []string        // ORDERS_REDIS_ADDRS
-	databaseURL  string          // ORDERS_DATABASE_URL
-	jwtSecret    string          // ORDERS_JWT_SECRET
-	fallback     orders.Fallback // ORDERS_LOCK_FALLBACK
-	lockTTL      time.Duration   // ORDERS_LOCK_TTL
-	lockWait     time.Duration   // ORDERS_LOCK_WAIT
-	nodeTimeout  time.Duration   // ORDERS_NODE_TIMEOUT
-	redisDurable bool            // ORDERS_REDIS_DURABLE
-	idemTTL      time.Duration   // ORDERS_IDEMPOTENCY_TTL
-	idemLease    time.Duration   // ORDERS_PROCESSING_LEASE
-	reconcile    time.Duration   // ORDERS_RECONCILE_INTERVAL
-	paymentURL   string          // ORDERS_PAYMENT_URL
-	jwtIssuer    string          // ORDERS_JWT_ISSUER
-	jwtAudience  string          // ORDERS_JWT_AUDIENCE
-	jwtLifetime  time.Duration   // ORDERS_JWT_MAX_LIFETIME
-	hold         time.Duration   // ORDERS_ORDER_HOLD
-	expireEvery  time.Duration   // ORDERS_EXPIRE_INTERVAL
-	payTimeout   time.Duration   // ORDERS_PAYMENT_TIMEOUT
-	callbackKey  string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
-	migrate      bool            // ORDERS_MIGRATE
-	shutdownWait time.Duration   // ORDERS_SHUTDOWN_WAIT
+	listen        string          // ORDERS_LISTEN
+	redisAddrs    []string        // ORDERS_REDIS_ADDRS
+	databaseURL   string          // ORDERS_DATABASE_URL
+	jwtSecret     string          // ORDERS_JWT_SECRET
+	fallback      orders.Fallback // ORDERS_LOCK_FALLBACK
+	lockTTL       time.Duration   // ORDERS_LOCK_TTL
+	lockWait      time.Duration   // ORDERS_LOCK_WAIT
+	nodeTimeout   time.Duration   // ORDERS_NODE_TIMEOUT
+	redisDurable  bool            // ORDERS_REDIS_DURABLE
+	redisUser     string          // ORDERS_REDIS_USERNAME
+	redisPassword string          // ORDERS_REDIS_PASSWORD (a secret)
+	redisTLS      *tls.Config     // ORDERS_REDIS_TLS, ORDERS_REDIS_TLS_CA_FILE
+	idemTTL       time.Duration   // ORDERS_IDEMPOTENCY_TTL
+	idemLease     time.Duration   // ORDERS_PROCESSING_LEASE
+	reconcile     time.Duration   // ORDERS_RECONCILE_INTERVAL
+	paymentURL    string          // ORDERS_PAYMENT_URL
+	jwtIssuer     string          // ORDERS_JWT_ISSUER
+	jwtAudience   string          // ORDERS_JWT_AUDIENCE
+	jwtLifetime   time.Duration   // ORDERS_JWT_MAX_LIFETIME
+	hold          time.Duration   // ORDERS_ORDER_HOLD
+	expireEvery   time.Duration   // ORDERS_EXPIRE_INTERVAL
+	payTimeout    time.Duration   // ORDERS_PAYMENT_TIMEOUT
+	callbackKey   string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
+	migrate       bool            // ORDERS_MIGRATE
+	shutdownWait  time.Duration   // ORDERS_SHUTDOWN_WAIT
 }
 
 // secret returns the value of the secret name: from the file named by
@@ -112,6 +117,16 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.callbackKey, err = secret("ORDERS_PAYMENT_CALLBACK_SECRET"); err != nil {
 		errs = append(errs, err)
 	}
+	if c.redisPassword, err = secret("ORDERS_REDIS_PASSWORD"); err != nil {
+		errs = append(errs, err)
+	}
+	fs.StringVar(&c.redisUser, "redis-username", env("ORDERS_REDIS_USERNAME", ""), "Redis ACL user of every master (ORDERS_REDIS_USERNAME; the password comes from ORDERS_REDIS_PASSWORD or ORDERS_REDIS_PASSWORD_FILE)")
+	tlsDefault, err := strconv.ParseBool(env("ORDERS_REDIS_TLS", "false"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ORDERS_REDIS_TLS=%q: want true or false", env("ORDERS_REDIS_TLS", "")))
+	}
+	redisTLS := fs.Bool("redis-tls", tlsDefault, "talk TLS to the Redis masters, verifying them against the system roots or ORDERS_REDIS_TLS_CA_FILE (ORDERS_REDIS_TLS)")
+	redisCA := fs.String("redis-tls-ca-file", env("ORDERS_REDIS_TLS_CA_FILE", ""), "PEM file of the CA that signed the masters' certificates (ORDERS_REDIS_TLS_CA_FILE)")
 	fs.StringVar(&c.jwtIssuer, "jwt-issuer", env("ORDERS_JWT_ISSUER", ""), "require this iss in every token (ORDERS_JWT_ISSUER; empty: not checked)")
 	fs.StringVar(&c.jwtAudience, "jwt-audience", env("ORDERS_JWT_AUDIENCE", ""), "require this aud in every token (ORDERS_JWT_AUDIENCE; empty: not checked)")
 	envDuration(fs, &errs, &c.jwtLifetime, "jwt-max-lifetime", "ORDERS_JWT_MAX_LIFETIME", auth.DefaultMaxLifetime, "refuse tokens whose exp is further away than this")
@@ -141,6 +156,13 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		return c, err
 	}
 	c.migrate = *migrate
+	if *redisTLS || *redisCA != "" {
+		tc, err := tlsConfig(*redisCA)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.redisTLS = tc
+	}
 	if c.shutdownWait == 0 {
 		c.shutdownWait = c.longestHandler() + 5*time.Second
 	}
@@ -218,4 +240,24 @@ func (c config) check() error {
 		errs = append(errs, fmt.Errorf("ORDERS_PROCESSING_LEASE (%v) must be shorter than ORDERS_IDEMPOTENCY_TTL (%v)", c.idemLease, c.idemTTL))
 	}
 	return errors.Join(errs...)
+}
+
+// tlsConfig is the TLS configuration of the Redis clients: TLS 1.2 or
+// later, the server verified against the system roots, or against the CA in
+// caFile when given.
+func tlsConfig(caFile string) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return tc, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("ORDERS_REDIS_TLS_CA_FILE: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("ORDERS_REDIS_TLS_CA_FILE %s: no PEM certificate in it", caFile)
+	}
+	tc.RootCAs = pool
+	return tc, nil
 }

@@ -137,10 +137,11 @@ func seed(ctx context.Context, args []string, stdout io.Writer) error {
 // redisOptions are the go-redis options of a lock client: calls bounded by
 // their context, no automatic retries (a retried SET NX could report a
 // lock it won as lost), short socket timeouts.
-func redisOptions(addr string) *redis.Options {
+func redisOptions(addr string, cfg config) *redis.Options {
 	return &redis.Options{
 		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 		MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 64, DisableIdentity: true,
+		Username: cfg.redisUser, Password: cfg.redisPassword, TLSConfig: cfg.redisTLS,
 	}
 }
 
@@ -163,7 +164,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	defer pool.Close()
 	clients := make([]redis.UniversalClient, len(cfg.redisAddrs))
 	for i, a := range cfg.redisAddrs {
-		clients[i] = redis.NewClient(redisOptions(a))
+		clients[i] = redis.NewClient(redisOptions(a, cfg))
 	}
 	defer func() {
 		for _, c := range clients {

@@ -119,6 +119,8 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 	t.Setenv("ORDERS_JWT_SECRET", jwtSecret)
 	const callbackKey = "callback-secret-that-must-not-leak-0123"
 	t.Setenv("ORDERS_PAYMENT_CALLBACK_SECRET", callbackKey)
+	const redisPassword = "redis-password-that-must-not-leak"
+	t.Setenv("ORDERS_REDIS_PASSWORD", redisPassword)
 	for _, args := range [][]string{
 		{"serve", "-h"},
 		{"serve", "-listn", "x"},
@@ -133,7 +135,7 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 			t.Fatalf("%q: accepted", args)
 		}
 		out := stdout.String() + stderr.String() + err.Error()
-		if strings.Contains(out, password) || strings.Contains(out, jwtSecret) || strings.Contains(out, callbackKey) {
+		if strings.Contains(out, password) || strings.Contains(out, jwtSecret) || strings.Contains(out, callbackKey) || strings.Contains(out, redisPassword) {
 			t.Fatalf("%q printed a secret:\n%s", args, out)
 		}
 		if args[len(args)-1] == "-h" && !errors.Is(err, flag.ErrHelp) {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -218,5 +220,69 @@ func TestReadyzLeaksNoDriverError(t *testing.T) {
 		if strings.Contains(string(body), leak) {
 			t.Fatalf("/readyz names %q: %s", leak, body)
 		}
+	}
+}
+
+// ordersd authenticates to Redis masters that require a password
+// (ORDERS_REDIS_PASSWORD): without it the masters refuse every call, with it
+// the daemon is ready.
+func TestRedisPassword(t *testing.T) {
+	bed := testbed.Start(t, testbed.Options{Redis: 1, Postgres: true})
+	admin := bed.Redis[0].Admin()
+	defer admin.Close()
+	const password = "redis-password-0123456789"
+	if err := admin.ConfigSet(context.Background(), "requirepass", password).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ORDERS_DATABASE_URL", bed.Postgres.NewDatabase(t))
+	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(bed.RedisAddrs(), ","))
+	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
+	t.Setenv("ORDERS_PAYMENT_URL", "http://127.0.0.1:9")
+	t.Setenv("ORDERS_LOCK_FALLBACK", "reject")
+	readyz := func() int {
+		t.Helper()
+		cfg, err := parseConfig(nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		ready := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() { done <- serve(ctx, cfg, ready, io.Discard) }()
+		defer func() {
+			stop()
+			<-done
+		}()
+		var addr string
+		select {
+		case addr = <-ready:
+		case err := <-done:
+			t.Fatalf("serve: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("serve did not start")
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := readyz(); code != http.StatusServiceUnavailable {
+		t.Fatalf("without the password: /readyz %d", code)
+	}
+	t.Setenv("ORDERS_REDIS_PASSWORD", password)
+	if code := readyz(); code != http.StatusOK {
+		t.Fatalf("with the password: /readyz %d", code)
+	}
+	// A CA file without a certificate is a configuration error.
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ORDERS_REDIS_TLS_CA_FILE", ca)
+	if _, err := parseConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "ORDERS_REDIS_TLS_CA_FILE") {
+		t.Fatalf("bad CA file: %v", err)
 	}
 }
