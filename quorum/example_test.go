@@ -130,3 +130,23 @@ func ExampleWithFencer() {
 		log.Print("rejected a late write")
 	}
 }
+
+// A new deployment's masters have just started, so the restart guard keeps
+// them out of the vote for one window. An operator who knows they never
+// held a lock vouches for each running process; the trust ends by itself at
+// the node's next restart.
+func ExampleTrustNode() {
+	ctx := context.Background()
+	for _, c := range nodes() {
+		if err := quorum.TrustNode(ctx, c); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// With appendonly yes and appendfsync always on every master, a node
+	// that restarts with its data may vote at once as well.
+	l, err := quorum.New(nodes(), quorum.WithDurableNodes(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+}
