@@ -28,31 +28,32 @@ import (
 // never as a flag default (flag defaults are printed by -h and on any flag
 // error).
 type config struct {
-	listen        string          // ORDERS_LISTEN
-	redisAddrs    []string        // ORDERS_REDIS_ADDRS
-	databaseURL   string          // ORDERS_DATABASE_URL
-	jwtSecret     string          // ORDERS_JWT_SECRET
-	fallback      orders.Fallback // ORDERS_LOCK_FALLBACK
-	lockTTL       time.Duration   // ORDERS_LOCK_TTL
-	lockWait      time.Duration   // ORDERS_LOCK_WAIT
-	nodeTimeout   time.Duration   // ORDERS_NODE_TIMEOUT
-	redisDurable  bool            // ORDERS_REDIS_DURABLE
-	redisUser     string          // ORDERS_REDIS_USERNAME
-	redisPassword string          // ORDERS_REDIS_PASSWORD (a secret)
-	redisTLS      *tls.Config     // ORDERS_REDIS_TLS, ORDERS_REDIS_TLS_CA_FILE
-	idemTTL       time.Duration   // ORDERS_IDEMPOTENCY_TTL
-	idemLease     time.Duration   // ORDERS_PROCESSING_LEASE
-	reconcile     time.Duration   // ORDERS_RECONCILE_INTERVAL
-	paymentURL    string          // ORDERS_PAYMENT_URL
-	jwtIssuer     string          // ORDERS_JWT_ISSUER
-	jwtAudience   string          // ORDERS_JWT_AUDIENCE
-	jwtLifetime   time.Duration   // ORDERS_JWT_MAX_LIFETIME
-	hold          time.Duration   // ORDERS_ORDER_HOLD
-	expireEvery   time.Duration   // ORDERS_EXPIRE_INTERVAL
-	payTimeout    time.Duration   // ORDERS_PAYMENT_TIMEOUT
-	callbackKey   string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
-	migrate       bool            // ORDERS_MIGRATE
-	shutdownWait  time.Duration   // ORDERS_SHUTDOWN_WAIT
+	listen           string          // ORDERS_LISTEN
+	redisAddrs       []string        // ORDERS_REDIS_ADDRS
+	databaseURL      string          // ORDERS_DATABASE_URL
+	jwtSecret        string          // ORDERS_JWT_SECRET
+	fallback         orders.Fallback // ORDERS_LOCK_FALLBACK
+	lockTTL          time.Duration   // ORDERS_LOCK_TTL
+	lockWait         time.Duration   // ORDERS_LOCK_WAIT
+	nodeTimeout      time.Duration   // ORDERS_NODE_TIMEOUT
+	redisDurable     bool            // ORDERS_REDIS_DURABLE
+	redisUser        string          // ORDERS_REDIS_USERNAME
+	redisPassword    string          // ORDERS_REDIS_PASSWORD (a secret)
+	redisTLS         *tls.Config     // ORDERS_REDIS_TLS, ORDERS_REDIS_TLS_CA_FILE
+	idemTTL          time.Duration   // ORDERS_IDEMPOTENCY_TTL
+	idemLease        time.Duration   // ORDERS_PROCESSING_LEASE
+	reconcile        time.Duration   // ORDERS_RECONCILE_INTERVAL
+	paymentURL       string          // ORDERS_PAYMENT_URL
+	jwtIssuer        string          // ORDERS_JWT_ISSUER
+	jwtAudience      string          // ORDERS_JWT_AUDIENCE
+	jwtLifetime      time.Duration   // ORDERS_JWT_MAX_LIFETIME
+	hold             time.Duration   // ORDERS_ORDER_HOLD
+	expireEvery      time.Duration   // ORDERS_EXPIRE_INTERVAL
+	outcomeRetention time.Duration   // ORDERS_OUTCOME_RETENTION
+	payTimeout       time.Duration   // ORDERS_PAYMENT_TIMEOUT
+	callbackKey      string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
+	migrate          bool            // ORDERS_MIGRATE
+	shutdownWait     time.Duration   // ORDERS_SHUTDOWN_WAIT
 }
 
 // secret returns the value of the secret name: from the file named by
@@ -139,6 +140,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	envDuration(fs, &errs, &c.idemLease, "processing-lease", "ORDERS_PROCESSING_LEASE", 10*time.Second, "how long a request may process before a retry may take it over")
 	envDuration(fs, &errs, &c.reconcile, "reconcile-interval", "ORDERS_RECONCILE_INTERVAL", 5*time.Second, "how often payments stuck in PAYING are settled")
 	envDuration(fs, &errs, &c.hold, "order-hold", "ORDERS_ORDER_HOLD", store.DefaultHold, "how long an unpaid order keeps its stock before it is cancelled and the stock returned")
+	envDuration(fs, &errs, &c.outcomeRetention, "outcome-retention", "ORDERS_OUTCOME_RETENTION", 7*24*time.Hour, "how long a saved out-of-stock answer is kept in Postgres for replays; at least ORDERS_IDEMPOTENCY_TTL")
 	envDuration(fs, &errs, &c.expireEvery, "expire-interval", "ORDERS_EXPIRE_INTERVAL", 30*time.Second, "how often unpaid orders past the hold are expired")
 	envDuration(fs, &errs, &c.payTimeout, "payment-timeout", "ORDERS_PAYMENT_TIMEOUT", 10*time.Second, "bound on one charge or query at the provider, retries included; the reconciler re-sends a charge only once its attempt is older")
 	migrateDefault, err := strconv.ParseBool(env("ORDERS_MIGRATE", "true"))
@@ -235,6 +237,9 @@ func (c config) check() error {
 	}
 	if c.idemLease <= c.lockWait+time.Second {
 		errs = append(errs, fmt.Errorf("ORDERS_PROCESSING_LEASE (%v) must exceed ORDERS_LOCK_WAIT (%v) by more than 1s, or retries take over requests that are still waiting for the lock", c.idemLease, c.lockWait))
+	}
+	if c.outcomeRetention < c.idemTTL {
+		errs = append(errs, fmt.Errorf("ORDERS_OUTCOME_RETENTION (%v) must be at least ORDERS_IDEMPOTENCY_TTL (%v): Postgres answers replays after the Redis record is gone", c.outcomeRetention, c.idemTTL))
 	}
 	if c.idemLease >= c.idemTTL {
 		errs = append(errs, fmt.Errorf("ORDERS_PROCESSING_LEASE (%v) must be shorter than ORDERS_IDEMPOTENCY_TTL (%v)", c.idemLease, c.idemTTL))

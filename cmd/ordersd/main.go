@@ -297,7 +297,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	expired := make(chan struct{})
 	go func() {
 		defer close(expired)
-		expireUnpaid(bg, st, cfg.hold, cfg.expireEvery, log)
+		expireUnpaid(bg, st, cfg.hold, cfg.outcomeRetention, cfg.expireEvery, log)
 	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -347,9 +347,10 @@ func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.Universa
 }
 
 // expireUnpaid cancels CREATED orders older than hold every interval, and
-// returns their stock (store.ExpireOrders), until ctx ends. Each round takes
-// batches until one comes back short, at most 100 batches.
-func expireUnpaid(ctx context.Context, st *store.Store, hold, every time.Duration, log *slog.Logger) {
+// returns their stock (store.ExpireOrders), then deletes saved non-order
+// outcomes older than retention (store.PurgeOutcomes), until ctx ends. Each
+// round takes batches until one comes back short, at most 100 batches.
+func expireUnpaid(ctx context.Context, st *store.Store, hold, retention, every time.Duration, log *slog.Logger) {
 	const batch = 100
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -371,6 +372,21 @@ func expireUnpaid(ctx context.Context, st *store.Store, hold, every time.Duratio
 				log.Info("unpaid order expired; stock returned", "order_id", o.ID, "product_id", o.ProductID, "quantity", o.Quantity)
 			}
 			if len(got) < batch {
+				break
+			}
+		}
+		for range 100 {
+			n, err := st.PurgeOutcomes(ctx, retention, 1000)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("purge old request outcomes", "err", err)
+				}
+				break
+			}
+			if n > 0 {
+				log.Info("old request outcomes purged", "count", n)
+			}
+			if n < 1000 {
 				break
 			}
 		}

@@ -65,6 +65,7 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"zero pay timeout": {"ORDERS_PAYMENT_TIMEOUT", "0s", "ORDERS_PAYMENT_TIMEOUT"},
 		"zero hold":        {"ORDERS_ORDER_HOLD", "0s", "ORDERS_ORDER_HOLD"},
 		"short shutdown":   {"ORDERS_SHUTDOWN_WAIT", "1s", "ORDERS_SHUTDOWN_WAIT"},
+		"short retention":  {"ORDERS_OUTCOME_RETENTION", "1h", "ORDERS_OUTCOME_RETENTION"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

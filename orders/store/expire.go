@@ -84,3 +84,31 @@ GROUP BY ps.product_id, ps.available ORDER BY ps.product_id`, StatusCancelled)
 	}
 	return out, nil
 }
+
+// MaxPurgeBatch is the largest batch [Store.PurgeOutcomes] deletes.
+const MaxPurgeBatch = 10000
+
+// PurgeOutcomes deletes up to limit saved non-order outcomes (out-of-stock
+// answers in request_outcomes) older than retention, oldest first, and
+// returns how many it deleted. A retry of such a request after that is
+// treated as a new request; keep retention longer than any client retries
+// and at least the Redis record's lifetime. Orders are never purged: they
+// are the business record, and their UNIQUE(user_id, idempotency_key) keeps
+// answering replays. limit is 1 to [MaxPurgeBatch].
+func (s *Store) PurgeOutcomes(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	if retention <= 0 {
+		return 0, fmt.Errorf("%w: retention %v must be positive", ErrInvalid, retention)
+	}
+	if limit < 1 || limit > MaxPurgeBatch {
+		return 0, fmt.Errorf("%w: batch size %d is outside 1..%d", ErrInvalid, limit, MaxPurgeBatch)
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM request_outcomes WHERE (user_id, idempotency_key) IN (
+    SELECT user_id, idempotency_key FROM request_outcomes
+    WHERE created_at <= now() - make_interval(secs => $1)
+    ORDER BY created_at LIMIT $2
+    FOR UPDATE SKIP LOCKED)`, retention.Seconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: purge outcomes: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

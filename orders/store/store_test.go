@@ -1168,6 +1168,40 @@ func testPayments(t *testing.T, srv pgServer) {
 		}
 	})
 
+	t.Run("OldOutcomesArePurged", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "42", 0, 100)
+		for _, key := range []string{"old-1", "old-2", "new-1"} {
+			p := e.req(t)
+			p.IdempotencyKey = key
+			if _, err := e.st.PlaceOrder(ctx, p); !errors.Is(err, store.ErrOutOfStock) {
+				t.Fatalf("%s: %v", key, err)
+			}
+		}
+		if _, err := e.pool.Exec(ctx, `UPDATE request_outcomes SET created_at = now() - interval '30 days' WHERE idempotency_key LIKE 'old-%'`); err != nil {
+			t.Fatal(err)
+		}
+		n, err := e.st.PurgeOutcomes(ctx, 7*24*time.Hour, 100)
+		if err != nil || n != 2 {
+			t.Fatalf("purged %d, %v; want the 2 old outcomes", n, err)
+		}
+		if got := e.count(t, "request_outcomes"); got != 1 {
+			t.Fatalf("%d outcomes left, want the recent one", got)
+		}
+		if n, err := e.st.PurgeOutcomes(ctx, 7*24*time.Hour, 100); err != nil || n != 0 {
+			t.Fatalf("second purge %d, %v", n, err)
+		}
+		for _, bad := range []struct {
+			d time.Duration
+			n int
+		}{{0, 1}, {time.Hour, 0}, {time.Hour, store.MaxPurgeBatch + 1}} {
+			if _, err := e.st.PurgeOutcomes(ctx, bad.d, bad.n); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("PurgeOutcomes(%v, %d): %v", bad.d, bad.n, err)
+			}
+		}
+	})
 }
 
 // balanced fails unless every product's available units plus the units
