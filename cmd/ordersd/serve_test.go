@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -73,23 +74,7 @@ func TestServe(t *testing.T) {
 	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2", "-price", "1999"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseConfig(nil, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(ctx)
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(sctx, cfg, ready, io.Discard) }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
-	}
-	base := "http://" + addr
+	base, stop := startServe(t)
 	daemon.Store(base)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get(base + path)
@@ -165,14 +150,8 @@ func TestServe(t *testing.T) {
 			t.Errorf("metrics lack %s", m)
 		}
 	}
-	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
+	if err := stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
 	}
 }
 
@@ -187,27 +166,9 @@ func TestReadyzLeaksNoDriverError(t *testing.T) {
 	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
 	t.Setenv("ORDERS_PAYMENT_URL", "http://127.0.0.1:9")
 	t.Setenv("ORDERS_LOCK_FALLBACK", "reject")
-	cfg, err := parseConfig(nil, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, ready, io.Discard) }()
-	defer func() {
-		stop()
-		<-done
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
-	}
-	resp, err := http.Get("http://" + addr + "/readyz")
+	base, stop := startServe(t)
+	defer func() { _ = stop() }()
+	resp, err := http.Get(base + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,27 +203,9 @@ func TestRedisPassword(t *testing.T) {
 	t.Setenv("ORDERS_LOCK_FALLBACK", "reject")
 	readyz := func() int {
 		t.Helper()
-		cfg, err := parseConfig(nil, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		ready := make(chan string, 1)
-		done := make(chan error, 1)
-		go func() { done <- serve(ctx, cfg, ready, io.Discard) }()
-		defer func() {
-			stop()
-			<-done
-		}()
-		var addr string
-		select {
-		case addr = <-ready:
-		case err := <-done:
-			t.Fatalf("serve: %v", err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("serve did not start")
-		}
-		resp, err := http.Get("http://" + addr + "/readyz")
+		base, stop := startServe(t)
+		defer func() { _ = stop() }()
+		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,4 +228,39 @@ func TestRedisPassword(t *testing.T) {
 	if _, err := parseConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "ORDERS_REDIS_TLS_CA_FILE") {
 		t.Fatalf("bad CA file: %v", err)
 	}
+}
+
+// startServe runs the daemon with the configuration in the environment and
+// returns its base URL once it listens, and a stop that shuts it down and
+// returns serve's error (both bounded by 30s).
+func startServe(t *testing.T) (base string, stop func() error) {
+	t.Helper()
+	cfg, err := parseConfig(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, ready, io.Discard) }()
+	stop = func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("serve did not stop within 30s")
+		}
+	}
+	select {
+	case addr := <-ready:
+		return "http://" + addr, stop
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		_ = stop()
+		t.Fatal("serve did not start")
+	}
+	return "", nil
 }
