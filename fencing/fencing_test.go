@@ -14,16 +14,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/testbed"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// pgServer hands out fresh databases; the test bed's PostgresNode is one.
-type pgServer interface {
-	NewDatabase(t testing.TB) string
-}
+// pgServer is the bed's Postgres, which hands out fresh databases.
+type pgServer = *testbed.PostgresNode
 
 const stockDDL = `CREATE TABLE stock (
     id         text PRIMARY KEY,
@@ -36,16 +35,22 @@ const stockDDL = `CREATE TABLE stock (
 // stock table.
 func newDB(t *testing.T, srv pgServer) (*pgxpool.Pool, string) {
 	t.Helper()
-	dsn := srv.NewDatabase(t)
-	pool := openPool(t, dsn)
-	ctx := context.Background()
-	if err := fencing.EnsureSchema(ctx, pool); err != nil {
-		t.Fatal(err)
+	db := srv.Migrated(t, schema)
+	return db.Pool, db.DSN
+}
+
+// schema is the testbed.Setup of these tests: fence_counters and stock.
+func schema(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
 	}
-	if _, err := pool.Exec(ctx, stockDDL); err != nil {
-		t.Fatal(err)
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if err := fencing.EnsureSchema(ctx, conn); err != nil {
+		return err
 	}
-	return pool, dsn
+	_, err = conn.Exec(ctx, stockDDL)
+	return err
 }
 
 func openPool(t *testing.T, dsn string) *pgxpool.Pool {

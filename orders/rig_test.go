@@ -22,6 +22,7 @@ import (
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/orders/store/storetest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -50,19 +51,8 @@ func newRig(t *testing.T, stock int64) *rig {
 	t.Helper()
 	bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
 	ctx := context.Background()
-	dsn := bed.Postgres.NewDatabase(t)
-	if _, err := store.MigrateDSN(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	st, err := store.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.New(t, bed.Postgres)
+	dsn, pool, st := db.DSN, db.Pool, db.Store
 	if err := st.SeedProduct(ctx, "42", stock, 1999); err != nil {
 		t.Fatal(err)
 	}

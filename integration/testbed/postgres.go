@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PostgresNode is the bed's Postgres server.
@@ -36,6 +37,47 @@ func (p *PostgresNode) dsn(db string) string {
 		RawQuery: "sslmode=disable",
 	}
 	return u.String()
+}
+
+// Database is a fresh database of one test with a pool open on it.
+type Database struct {
+	// DSN is the database's URL, as its owner.
+	DSN string
+	// Pool is open on DSN with up to MigratedPoolConns connections; it is
+	// closed when the test ends, before the database is dropped.
+	Pool *pgxpool.Pool
+}
+
+// Setup prepares a new database: it applies migrations, creates tables.
+type Setup func(ctx context.Context, dsn string) error
+
+// MigratedPoolConns is the size of the pool Migrated opens.
+const MigratedPoolConns = 20
+
+// Migrated creates a database for t (dropped when t ends), runs each setup
+// on it in order, and opens a pool on it. It is the one way the suites get
+// a migrated database; a failing setup fails t.
+func (p *PostgresNode) Migrated(t testing.TB, setup ...Setup) Database {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn := p.NewDatabase(t)
+	for _, s := range setup {
+		if err := s(ctx, dsn); err != nil {
+			t.Fatalf("testbed: set up the database: %v", err)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("testbed: %v", err)
+	}
+	cfg.MaxConns = MigratedPoolConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testbed: open a pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return Database{DSN: dsn, Pool: pool}
 }
 
 // NewDatabase creates an empty database for one test and returns its DSN.

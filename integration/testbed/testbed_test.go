@@ -283,6 +283,42 @@ func TestBed(t *testing.T) {
 			t.Fatal("Postgres accepted a wrong password")
 		}
 	})
+
+	t.Run("Migrated", func(t *testing.T) {
+		ctx := ctxT(t, 30*time.Second)
+		var order []string
+		step := func(name, sql string) testbed.Setup {
+			return func(ctx context.Context, dsn string) error {
+				order = append(order, name)
+				conn, err := pgx.Connect(ctx, dsn)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = conn.Close(ctx) }()
+				_, err = conn.Exec(ctx, sql)
+				return err
+			}
+		}
+		db := bed.Postgres.Migrated(t,
+			step("create", "CREATE TABLE migrated_probe (id int PRIMARY KEY)"),
+			step("fill", "INSERT INTO migrated_probe VALUES (7)"))
+		if strings.Join(order, ",") != "create,fill" {
+			t.Fatalf("setups ran as %v", order)
+		}
+		var id int
+		if err := db.Pool.QueryRow(ctx, "SELECT id FROM migrated_probe").Scan(&id); err != nil || id != 7 {
+			t.Fatalf("the pool does not see the set-up database: %d, %v", id, err)
+		}
+		if n := db.Pool.Config().MaxConns; n != testbed.MigratedPoolConns {
+			t.Fatalf("pool of %d connections", n)
+		}
+		// Each call is a database of its own.
+		other := bed.Postgres.Migrated(t)
+		var exists bool
+		if err := other.Pool.QueryRow(ctx, "SELECT to_regclass('migrated_probe') IS NOT NULL").Scan(&exists); err != nil || exists {
+			t.Fatalf("a second database sees the first one's table: %v, %v", exists, err)
+		}
+	})
 }
 
 func TestOptionsAreChecked(t *testing.T) {

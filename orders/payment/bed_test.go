@@ -7,7 +7,7 @@ import (
 )
 
 // startPostgres starts the test bed's Postgres for one top-level test.
-func startPostgres(t *testing.T) pgServer {
+func startPostgres(t *testing.T) *testbed.PostgresNode {
 	t.Helper()
 	bed := testbed.Start(t, testbed.Options{Postgres: true})
 	return bed.Postgres

@@ -11,18 +11,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// pgServer hands out fresh databases; the test bed's PostgresNode is one.
-type pgServer interface {
-	NewDatabase(t testing.TB) string
-}
+// pgServer is the bed's Postgres, which hands out fresh databases.
+type pgServer = *testbed.PostgresNode
 
 type env struct {
 	pool *pgxpool.Pool
@@ -35,19 +35,8 @@ type env struct {
 func newEnv(t *testing.T, srv pgServer, opts ...payment.Option) *env {
 	t.Helper()
 	ctx := context.Background()
-	dsn := srv.NewDatabase(t)
-	if _, err := store.MigrateDSN(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	st, err := store.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.New(t, srv)
+	pool, st := db.Pool, db.Store
 	if err := st.SeedProduct(ctx, "42", 100, 1999); err != nil {
 		t.Fatal(err)
 	}

@@ -18,17 +18,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// pgServer hands out fresh databases; the test bed's PostgresNode is one.
-type pgServer interface {
-	NewDatabase(t testing.TB) string
-}
+// pgServer is the bed's Postgres, which hands out fresh databases.
+type pgServer = *testbed.PostgresNode
 
 // env is one migrated database with a store on it.
 type env struct {
@@ -40,30 +40,12 @@ type env struct {
 
 func newEnv(t *testing.T, srv pgServer) *env {
 	t.Helper()
-	ctx := ctxT(t)
-	dsn := srv.NewDatabase(t)
-	if _, err := store.MigrateDSN(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	db := storetest.New(t, srv)
+	iss, err := fencing.NewIssuer(db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 20
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	st, err := store.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := fencing.NewIssuer(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{dsn: dsn, pool: pool, st: st, fence: iss}
+	return &env{dsn: db.DSN, pool: db.Pool, st: db.Store, fence: iss}
 }
 
 func ctxT(t *testing.T) context.Context {
