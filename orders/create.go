@@ -2,8 +2,11 @@ package orders
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -28,6 +31,9 @@ type Reply struct {
 	Body   []byte
 }
 
+// jsonReply is the one place a status and a body become a response: the
+// content type follows from the status (contentTypeFor), for first answers
+// and replays alike.
 func jsonReply(status int, body []byte) Reply {
 	h := http.Header{}
 	h.Set("Content-Type", contentTypeFor(status))
@@ -65,6 +71,11 @@ func problemReply(p problem.Problem) Reply {
 	return Reply{Status: problem.StatusOf(p), Header: h, Body: body}
 }
 
+// saved is the idempotency record's copy of a reply.
+func (r Reply) saved() idem.Response {
+	return idem.Response{Status: r.Status, ContentType: r.Header.Get("Content-Type"), Body: r.Body}
+}
+
 // replay answers a saved snapshot again. Its Content-Type follows from the
 // saved status, as for a first answer: a content type kept beside the
 // snapshot (in Redis) is never sent back verbatim.
@@ -83,11 +94,20 @@ func requestLocation(key string) string {
 // Create places the order o for user under the client's idempotency key, or
 // answers from what an earlier attempt with the same key saved. It never
 // returns an error: every outcome is a Reply.
-func (s *Service) Create(ctx context.Context, user, key string, o request.Order) Reply {
+//
+// The key was checked where it entered (request.IdempotencyKey); user is
+// the token's subject.
+func (s *Service) Create(ctx context.Context, user string, key request.Key, o request.Order) Reply {
 	fp := o.Fingerprint()
+	if key.IsZero() {
+		return problemReply(problem.InvalidIdempotencyKey("the Idempotency-Key header is required"))
+	}
 	k, err := idem.NewKey(user, key)
 	if err != nil {
-		return problemReply(problem.InvalidIdempotencyKey(err.Error()))
+		// A user id the token verifier would not accept: a wiring fault,
+		// not the client's.
+		s.log.Error("idempotency key refused", "err", err)
+		return problemReply(problem.Internal("the request could not be keyed"))
 	}
 	owner := idem.NewOwner()
 	claimed := false
@@ -116,7 +136,7 @@ func (s *Service) Create(ctx context.Context, user, key string, o request.Order)
 		case res.Outcome == idem.Takeover:
 			// The previous attempt's processing lease ran out. Postgres says
 			// whether it left an outcome before this attempt proceeds.
-			if r, done := s.afterTakeover(ctx, k, fp, owner); done {
+			if r, done := s.afterTakeover(ctx, k, key, fp, owner); done {
 				return r
 			}
 			claimed = true
@@ -137,19 +157,19 @@ func (s *Service) Create(ctx context.Context, user, key string, o request.Order)
 }
 
 // inProgress is the 202 for a request another attempt is processing.
-func (s *Service) inProgress(key string, lease time.Duration) Reply {
+func (s *Service) inProgress(key request.Key, lease time.Duration) Reply {
 	wait := min(max(lease, time.Second), s.retry)
 	r := jsonReply(http.StatusAccepted, []byte(`{"status":"IN_PROGRESS"}`))
 	r.Header.Set("Retry-After", problem.RetryAfter(wait))
-	r.Header.Set("Location", requestLocation(key))
+	r.Header.Set("Location", requestLocation(key.String()))
 	return r
 }
 
 // afterTakeover checks Postgres for the outcome of an attempt whose
 // processing lease expired. done is false when there is provably none, so
 // this attempt may proceed.
-func (s *Service) afterTakeover(ctx context.Context, k idem.Key, fp, owner string) (Reply, bool) {
-	out, err := s.store.Lookup(ctx, k.User(), k.Value())
+func (s *Service) afterTakeover(ctx context.Context, k idem.Key, key request.Key, fp, owner string) (Reply, bool) {
+	out, err := s.store.Lookup(ctx, k.User(), key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return Reply{}, false
@@ -166,11 +186,11 @@ func (s *Service) afterTakeover(ctx context.Context, k idem.Key, fp, owner strin
 		return problemReply(problem.FingerprintMismatch()), true
 	}
 	s.metrics.repair()
-	resp := idem.Response{Status: out.ResponseStatus, ContentType: contentTypeFor(out.ResponseStatus), Body: out.ResponseBody}
-	if err := s.idem.Repair(sctx, k, fp, resp); err != nil {
+	r := replay(out.ResponseStatus, out.ResponseBody)
+	if err := s.idem.Repair(sctx, k, fp, r.saved()); err != nil {
 		s.log.Warn("takeover: repair of the idempotency record failed", "err", err)
 	}
-	return replay(out.ResponseStatus, out.ResponseBody), true
+	return r, true
 }
 
 // settleClaim records a final answer in Redis, or drops the claim so that
@@ -181,7 +201,7 @@ func (s *Service) settleClaim(ctx context.Context, k idem.Key, owner string, r R
 	var err error
 	switch v {
 	case final:
-		err = s.idem.Complete(ctx, k, owner, idem.Response{Status: r.Status, ContentType: r.Header.Get("Content-Type"), Body: r.Body})
+		err = s.idem.Complete(ctx, k, owner, r.saved())
 	case retryable:
 		err = s.idem.Release(ctx, k, owner)
 	case unknown:
@@ -210,11 +230,18 @@ const (
 // place locks the product's stock (or arbitrates with Postgres alone) and
 // runs the order transaction. The returned lease, when not nil, is still
 // held.
-func (s *Service) place(ctx context.Context, user, key, fp string, o request.Order) (Reply, verdict, Lease) {
+func (s *Service) place(ctx context.Context, user string, key request.Key, fp string, o request.Order) (Reply, verdict, Lease) {
+	id, err := newOrderID()
+	if err != nil {
+		s.log.Error("order id", "err", err)
+		return problemReply(problem.Internal("the order could not be placed")), retryable, nil
+	}
 	p := store.PlaceOrder{
 		UserID: user, IdempotencyKey: key, Fingerprint: fp,
 		ProductID: o.ProductID, Quantity: int64(o.Quantity),
-		RenderOutOfStock: renderOutOfStock,
+		OrderID:    id,
+		Created:    created(id, o),
+		OutOfStock: outOfStock(o),
 	}
 	for attempt := 1; ; attempt++ {
 		lease, fence, r, ok := s.fence(ctx, p.ProductID)
@@ -272,7 +299,7 @@ func (s *Service) place(ctx context.Context, user, key, fp string, o request.Ord
 }
 
 // ambiguous answers after a transaction whose commit is in doubt.
-func (s *Service) ambiguous(ctx context.Context, user, key, fp string) (Reply, verdict) {
+func (s *Service) ambiguous(ctx context.Context, user string, key request.Key, fp string) (Reply, verdict) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	out, err := s.store.Lookup(lctx, user, key)
@@ -339,13 +366,41 @@ func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fen
 	return nil, 0, Reply{}, true
 }
 
-// renderOutOfStock saves the out-of-stock rejection as the same problem
-// document the API sends for it.
-func renderOutOfStock(o store.OutOfStock) (int, []byte) {
-	p := problem.OutOfStock(o.ProductID, int(o.Quantity))
+// newOrderID returns a random order id: "ord_" followed by 128 random bits
+// in hex.
+func newOrderID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("orders: order id: %w", err)
+	}
+	return "ord_" + hex.EncodeToString(b[:]), nil
+}
+
+// createdBody is the 201 body: the fields the HTTP contract names, in a
+// fixed order, so a replay is byte-identical.
+type createdBody struct {
+	OrderID   string `json:"orderId"`
+	Status    string `json:"status"`
+	ProductID string `json:"productId"`
+	Quantity  int    `json:"quantity"`
+}
+
+// created renders the answer saved with a new order: 201 and its body.
+func created(id string, o request.Order) store.Snapshot {
+	body, err := json.Marshal(createdBody{OrderID: id, Status: string(store.StatusCreated), ProductID: o.ProductID, Quantity: o.Quantity})
+	if err != nil {
+		panic(err) // strings and an int always marshal
+	}
+	return store.Snapshot{Status: http.StatusCreated, Body: body}
+}
+
+// outOfStock renders the rejection saved when the stock is short: the same
+// problem document the API sends for it.
+func outOfStock(o request.Order) store.Snapshot {
+	p := problem.OutOfStock(o.ProductID, o.Quantity)
 	body, err := problem.Encode(p)
 	if err != nil {
-		return store.DefaultRenderOutOfStock(o)
+		panic(err) // a string and an int always marshal
 	}
-	return problem.StatusOf(p), body
+	return store.Snapshot{Status: problem.StatusOf(p), Body: body}
 }

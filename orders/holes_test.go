@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -83,7 +84,7 @@ func TestReplayContentTypeFollowsTheStatus(t *testing.T) {
 	if first.Status != http.StatusCreated {
 		t.Fatalf("%d %s", first.Status, first.Body)
 	}
-	k, err := idem.NewKey("u1001", "ct-1")
+	k, err := idem.NewKey("u1001", request.MustKey("ct-1"))
 	if err != nil {
 		t.Fatal(err)
 	}

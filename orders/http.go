@@ -200,13 +200,14 @@ func (s *Service) transitionReply(o store.Order, err error) Reply {
 // asked whenever Redis has no final answer, and a found outcome repairs the
 // Redis record.
 func (s *Service) handleRequest(ctx context.Context, user string, r *http.Request) Reply {
-	key := r.URL.Query().Get("key")
-	if err := request.ValidateIdempotencyKey(key); err != nil {
+	key, err := request.ParseKey(r.URL.Query().Get("key"))
+	if err != nil {
 		return problemReply(problem.InvalidIdempotencyKey(reason(err)))
 	}
 	k, err := idem.NewKey(user, key)
 	if err != nil {
-		return problemReply(problem.InvalidIdempotencyKey(err.Error()))
+		s.log.Error("idempotency key refused", "err", err)
+		return problemReply(problem.Internal("the request could not be keyed"))
 	}
 	var rec idem.Record
 	haveRec := false
@@ -221,15 +222,15 @@ func (s *Service) handleRequest(ctx context.Context, user string, r *http.Reques
 	out, err := s.store.Lookup(ctx, user, key)
 	switch {
 	case err == nil:
-		resp := idem.Response{Status: out.ResponseStatus, ContentType: contentTypeFor(out.ResponseStatus), Body: out.ResponseBody}
+		rep := replay(out.ResponseStatus, out.ResponseBody)
 		if haveRec {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := s.idem.Repair(rctx, k, out.Fingerprint, resp); err != nil {
+			if err := s.idem.Repair(rctx, k, out.Fingerprint, rep.saved()); err != nil {
 				s.log.Warn("poll: repair of the idempotency record failed", "err", err)
 			}
 			cancel()
 		}
-		return replay(out.ResponseStatus, out.ResponseBody)
+		return rep
 	case !errors.Is(err, store.ErrNotFound):
 		return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
 	case haveRec && rec.State == idem.StateInProgress && rec.LeaseLeft > 0:

@@ -16,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -190,7 +191,7 @@ func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
 		}
 	}
 	// The same key, after its Redis record is gone: Postgres still refuses.
-	k, _ := idem.NewKey("u1001", "req-7")
+	k, _ := idem.NewKey("u1001", request.MustKey("req-7"))
 	c := r.bed.RedisClients(t)
 	for _, cl := range c {
 		_ = cl.Del(context.Background(), k.String()).Err()
@@ -231,7 +232,7 @@ func TestReplayAfterRedisRecordDeleted(t *testing.T) {
 	if first.Status != http.StatusCreated {
 		t.Fatalf("%d %s", first.Status, first.Body)
 	}
-	k, _ := idem.NewKey("u1001", "req-9")
+	k, _ := idem.NewKey("u1001", request.MustKey("req-9"))
 	for _, c := range r.bed.RedisClients(t) {
 		if err := c.Del(context.Background(), k.String()).Err(); err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -31,7 +32,7 @@ func plantClaim(t *testing.T, r *rig, user, key, body string, lease time.Duratio
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, _ := idem.NewKey(user, key)
+	k, _ := idem.NewKey(user, request.MustKey(key))
 	res, err := crashed.Claim(context.Background(), k, o.Fingerprint(), idem.NewOwner())
 	if err != nil || res.Outcome != idem.Created {
 		t.Fatalf("plant: %+v %v", res, err)
@@ -42,7 +43,7 @@ func plantClaim(t *testing.T, r *rig, user, key, body string, lease time.Duratio
 // the clock of the node that holds its record, as if the lease had run out.
 func expireClaim(t *testing.T, r *rig, claims *idem.Store, user, key string) {
 	t.Helper()
-	k, err := idem.NewKey(user, key)
+	k, err := idem.NewKey(user, request.MustKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestTakeoverRepairsFromPostgres(t *testing.T) {
 	if a.Status != placed.ResponseStatus || a.Body != string(placed.ResponseBody) || a.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("takeover replay: %d %s, saved %d %s", a.Status, a.Body, placed.ResponseStatus, placed.ResponseBody)
 	}
-	k, _ := idem.NewKey("u1001", "req-late")
+	k, _ := idem.NewKey("u1001", request.MustKey("req-late"))
 	rec, err := in.claims.Get(context.Background(), k)
 	if err != nil || rec.State != idem.StateSuccess || !strings.Contains(string(rec.Response.Body), placed.Order.ID) {
 		t.Fatalf("record not repaired: %+v %v", rec, err)
@@ -119,7 +120,7 @@ func TestPollAfterCrashAfterCommit(t *testing.T) {
 	if a.Status != placed.ResponseStatus || a.Body != string(placed.ResponseBody) {
 		t.Fatalf("poll: %d %s", a.Status, a.Body)
 	}
-	k, _ := idem.NewKey("u1001", "req-poll")
+	k, _ := idem.NewKey("u1001", request.MustKey("req-poll"))
 	if rec, err := in.claims.Get(context.Background(), k); err != nil || rec.State != idem.StateSuccess {
 		t.Fatalf("record not repaired: %+v %v", rec, err)
 	}
@@ -138,8 +139,10 @@ func TestPollAfterCrashAfterCommit(t *testing.T) {
 func crashAfterCommit(t *testing.T, r *rig, user, key string) store.Outcome {
 	t.Helper()
 	o, _ := request.ParseBytes([]byte(buy42))
+	id := orders.NewOrderID(t)
 	placed, err := r.st.PlaceOrder(context.Background(), store.PlaceOrder{
-		UserID: user, IdempotencyKey: key, Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
+		UserID: user, IdempotencyKey: request.MustKey(key), Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
+		OrderID: id, Created: orders.Created(id, o), OutOfStock: orders.OutOfStock(o),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
 // Limits.
@@ -36,8 +38,9 @@ const (
 	// MinSecretLen is the shortest accepted secret, in bytes: 256 bits,
 	// the size of the HS256 key.
 	MinSecretLen = 32
-	// MaxSubjectLen is the longest accepted sub (user id), in bytes.
-	MaxSubjectLen = 128
+	// MaxSubjectLen is the longest accepted sub (user id), in bytes: the
+	// order path's one user id limit, request.MaxUserIDLen.
+	MaxSubjectLen = request.MaxUserIDLen
 	// MaxTokenLen is the longest accepted token, in bytes.
 	MaxTokenLen = 4096
 	// MaxLeeway is the largest clock leeway WithLeeway accepts.

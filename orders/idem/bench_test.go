@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
 // BenchmarkClaim measures a Claim that creates a record and a Claim that
@@ -26,14 +27,14 @@ func BenchmarkClaim(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			i++
-			k, _ := idem.NewKey("u1", fmt.Sprintf("bench-created-%d", i))
+			k, _ := idem.NewKey("u1", request.MustKey(fmt.Sprintf("bench-created-%d", i)))
 			if r, err := s.Claim(ctx, k, "fp", "A"); err != nil || r.Outcome != idem.Created {
 				b.Fatal(r.Outcome, err)
 			}
 		}
 	})
 	b.Run("replay", func(b *testing.B) {
-		k, _ := idem.NewKey("u1", "bench-replay")
+		k, _ := idem.NewKey("u1", request.MustKey("bench-replay"))
 		if _, err := s.Claim(ctx, k, "fp", "A"); err != nil {
 			b.Fatal(err)
 		}

@@ -10,15 +10,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
 func ExampleNewKey() {
-	k, _ := idem.NewKey("u1001", "req-001")
+	k, _ := idem.NewKey("u1001", request.MustKey("req-001"))
 	fmt.Println(k)
 	// A ':' in the user id is escaped, so it cannot reach into another
 	// user's namespace.
-	a, _ := idem.NewKey("a:b", "c")
-	b, _ := idem.NewKey("a", "b:c")
+	a, _ := idem.NewKey("a:b", request.MustKey("c"))
+	b, _ := idem.NewKey("a", request.MustKey("b:c"))
 	fmt.Println(a, b)
 	// Output:
 	// idem:orders:u1001:req-001
@@ -37,7 +38,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	k, err := idem.NewKey("u1001", "req-001")
+	k, err := idem.NewKey("u1001", request.MustKey("req-001"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
 func TestMain(m *testing.M) {
@@ -54,7 +55,7 @@ func newStore(t *testing.T, raw []*redis.Client, opts ...idem.Option) *idem.Stor
 // key returns a Key unique to the running (sub)test.
 func key(t *testing.T, suffix string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey("u1001", t.Name()+"/"+suffix)
+	k, err := idem.NewKey("u1001", request.MustKey(t.Name()+"/"+suffix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,8 +329,8 @@ func TestClaim(t *testing.T) {
 	})
 
 	t.Run("two users with the same key are independent", func(t *testing.T) {
-		k1, _ := idem.NewKey("u1", t.Name())
-		k2, _ := idem.NewKey("u2", t.Name())
+		k1, _ := idem.NewKey("u1", request.MustKey(t.Name()))
+		k2, _ := idem.NewKey("u2", request.MustKey(t.Name()))
 		mustClaim(t, f.store, k1, "fp1", "A", idem.Created)
 		mustClaim(t, f.store, k2, "fp2", "B", idem.Created)
 	})
@@ -809,7 +810,7 @@ func TestNodeChoiceOnBed(t *testing.T) {
 	ctx := context.Background()
 	perNode := make([]int, len(f.raw))
 	for i := range 100 {
-		k, _ := idem.NewKey(fmt.Sprintf("user-%d", i), "req")
+		k, _ := idem.NewKey(fmt.Sprintf("user-%d", i), request.MustKey("req"))
 		r := mustClaim(t, f.store, k, "fp", "A", idem.Created)
 		for j, c := range f.raw {
 			n, err := c.Exists(ctx, k.String()).Result()
@@ -833,7 +834,7 @@ func TestNodeChoiceOnBed(t *testing.T) {
 	// A second Store over the same nodes (another instance) sees the same records.
 	other := newStore(t, f.raw)
 	for i := range 100 {
-		k, _ := idem.NewKey(fmt.Sprintf("user-%d", i), "req")
+		k, _ := idem.NewKey(fmt.Sprintf("user-%d", i), request.MustKey("req"))
 		mustClaim(t, other, k, "fp", "B", idem.InProgress)
 	}
 }

@@ -4,16 +4,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
 // KeyPrefix starts every record key.
 const KeyPrefix = "idem:orders:"
-
-// Limits on the parts of a Key, in bytes.
-const (
-	MaxUserLen = 1024
-	MaxKeyLen  = 1024
-)
 
 // Key names the record of one user's Idempotency-Key. Build it with NewKey.
 // The zero Key is invalid and every Store method rejects it.
@@ -23,10 +19,10 @@ type Key struct {
 	redis string
 }
 
-// NewKey returns the Key for the Idempotency-Key value of user. Both must be
-// non-empty and at most MaxUserLen and MaxKeyLen bytes; otherwise the error
-// wraps ErrInvalidArgument. Their content is not otherwise restricted here
-// (the HTTP layer validates them).
+// NewKey returns the Key for the Idempotency-Key of user. The key was
+// checked where it entered (request.ParseKey) and is not checked again; the
+// zero request.Key is refused. The user id must have 1 to
+// request.MaxUserIDLen bytes. Errors wrap ErrInvalidArgument.
 //
 // The Redis key is
 //
@@ -40,17 +36,16 @@ type Key struct {
 // "idem:orders:a%3Ab:c"; user "a" with key "b:c" is "idem:orders:a:b:c").
 // Ordinary user ids such as "u1001" are kept as they are:
 // "idem:orders:u1001:req-001".
-func NewKey(user, idempotencyKey string) (Key, error) {
+func NewKey(user string, key request.Key) (Key, error) {
 	switch {
 	case user == "":
 		return Key{}, fmt.Errorf("idem: %w: empty user id", ErrInvalidArgument)
-	case idempotencyKey == "":
-		return Key{}, fmt.Errorf("idem: %w: empty idempotency key", ErrInvalidArgument)
-	case len(user) > MaxUserLen:
-		return Key{}, fmt.Errorf("idem: %w: user id longer than %d bytes", ErrInvalidArgument, MaxUserLen)
-	case len(idempotencyKey) > MaxKeyLen:
-		return Key{}, fmt.Errorf("idem: %w: idempotency key longer than %d bytes", ErrInvalidArgument, MaxKeyLen)
+	case key.IsZero():
+		return Key{}, fmt.Errorf("idem: %w: no idempotency key", ErrInvalidArgument)
+	case len(user) > request.MaxUserIDLen:
+		return Key{}, fmt.Errorf("idem: %w: user id longer than %d bytes", ErrInvalidArgument, request.MaxUserIDLen)
 	}
+	idempotencyKey := key.String()
 	var b strings.Builder
 	b.Grow(len(KeyPrefix) + len(user) + 1 + len(idempotencyKey) + 8)
 	b.WriteString(KeyPrefix)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
 func TestNewKey(t *testing.T) {
@@ -22,7 +23,7 @@ func TestNewKey(t *testing.T) {
 		{"%3A", "k", "idem:orders:%253A:k"},
 		{":", ":", "idem:orders:%3A::"},
 	} {
-		k, err := idem.NewKey(tc.user, tc.key)
+		k, err := idem.NewKey(tc.user, request.MustKey(tc.key))
 		if err != nil {
 			t.Fatalf("NewKey(%q, %q): %v", tc.user, tc.key, err)
 		}
@@ -30,12 +31,18 @@ func TestNewKey(t *testing.T) {
 			t.Errorf("NewKey(%q, %q) = %q (%q, %q), want %q", tc.user, tc.key, k.String(), k.User(), k.Value(), tc.want)
 		}
 	}
-	for _, tc := range []struct{ user, key string }{
-		{"", "k"}, {"u", ""}, {strings.Repeat("u", idem.MaxUserLen+1), "k"}, {"u", strings.Repeat("k", idem.MaxKeyLen+1)},
+	for _, tc := range []struct {
+		user string
+		key  request.Key
+	}{
+		{"", request.MustKey("k")}, {"u", request.Key{}}, {strings.Repeat("u", request.MaxUserIDLen+1), request.MustKey("k")},
 	} {
 		if _, err := idem.NewKey(tc.user, tc.key); !errors.Is(err, idem.ErrInvalidArgument) {
-			t.Errorf("NewKey(%d bytes, %d bytes) err = %v, want ErrInvalidArgument", len(tc.user), len(tc.key), err)
+			t.Errorf("NewKey(%d bytes, %q) err = %v, want ErrInvalidArgument", len(tc.user), tc.key, err)
 		}
+	}
+	if _, err := idem.NewKey(strings.Repeat("u", request.MaxUserIDLen), request.MustKey("k")); err != nil {
+		t.Errorf("a user id of the longest length the token verifier accepts: %v", err)
 	}
 }
 
@@ -79,8 +86,13 @@ func FuzzKey(f *testing.F) {
 	f.Add("%", "%", "%25", "%")
 	f.Add(":", "::", "::", ":")
 	f.Fuzz(func(t *testing.T, u1, k1, u2, k2 string) {
-		a, errA := idem.NewKey(u1, k1)
-		b, errB := idem.NewKey(u2, k2)
+		rk1, errA := request.ParseKey(k1)
+		rk2, errB := request.ParseKey(k2)
+		if errA != nil || errB != nil {
+			return
+		}
+		a, errA := idem.NewKey(u1, rk1)
+		b, errB := idem.NewKey(u2, rk2)
 		if errA != nil || errB != nil {
 			return
 		}
@@ -127,7 +139,7 @@ func TestNodeIndexStableAndSpread(t *testing.T) {
 	counts := make([]int, 5)
 	moved := 0
 	for i := range keys {
-		k, err := idem.NewKey(fmt.Sprintf("u%d", i%97), fmt.Sprintf("req-%d", i))
+		k, err := idem.NewKey(fmt.Sprintf("u%d", i%97), request.MustKey(fmt.Sprintf("req-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +181,7 @@ func TestNodeIndexPinned(t *testing.T) {
 	s, _ := idem.New(nodes)
 	got := ""
 	for _, pair := range [][2]string{{"u1001", "req-001"}, {"u1001", "req-002"}, {"u1002", "req-001"}, {"a:b", "c"}, {"a", "b:c"}} {
-		k, _ := idem.NewKey(pair[0], pair[1])
+		k, _ := idem.NewKey(pair[0], request.MustKey(pair[1]))
 		got += fmt.Sprint(s.NodeIndex(k))
 	}
 	const want = "03432"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
@@ -54,11 +55,14 @@ func (e *env) order(t *testing.T) store.Order {
 	e.keys++
 	out, err := e.st.PlaceOrder(context.Background(), store.PlaceOrder{
 		UserID:         "u1001",
-		IdempotencyKey: fmt.Sprintf("req-%03d", e.keys),
+		IdempotencyKey: request.MustKey(fmt.Sprintf("req-%03d", e.keys)),
 		Fingerprint:    "fp",
 		ProductID:      "42",
 		Quantity:       1,
 		Fence:          int64(e.keys),
+		OrderID:        fmt.Sprintf("ord_%03d", e.keys),
+		Created:        store.Snapshot{Status: 201, Body: []byte(`{}`)},
+		OutOfStock:     store.Snapshot{Status: 409, Body: []byte(`{}`)},
 	})
 	if err != nil {
 		t.Fatal(err)

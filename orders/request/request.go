@@ -90,7 +90,10 @@ import (
 	"strings"
 )
 
-// Limits and names of the create-order request.
+// Limits of the order path. They are the one set: the store, the
+// idempotency records and the token verifier use these constants rather
+// than limits of their own, so that a value accepted at the edge is never
+// refused further down, and the reverse.
 const (
 	// MaxBodyBytes is the default limit on the size of a body.
 	MaxBodyBytes = 64 << 10
@@ -101,6 +104,8 @@ const (
 	MaxQuantity = 1000
 	// MaxIdempotencyKeyLen is the longest Idempotency-Key, in bytes.
 	MaxIdempotencyKeyLen = 255
+	// MaxUserIDLen is the longest user id (a token's sub), in bytes.
+	MaxUserIDLen = 128
 	// IdempotencyKeyHeader is the name of the idempotency header.
 	IdempotencyKeyHeader = "Idempotency-Key"
 )
@@ -505,38 +510,57 @@ func quantity(v json.RawMessage) (int, error) {
 	return n, nil
 }
 
+// Key is a checked Idempotency-Key: 1 to MaxIdempotencyKeyLen bytes of
+// visible ASCII (0x21..0x7E), used verbatim. The key is checked once, where
+// it enters (IdempotencyKey or ParseKey); the layers below take a Key and
+// do not check it again. The zero Key is no key, and they refuse it.
+type Key struct{ s string }
+
+// String returns the key as the client sent it.
+func (k Key) String() string { return k.s }
+
+// IsZero reports whether k is the zero Key (no key).
+func (k Key) IsZero() bool { return k.s == "" }
+
 // IdempotencyKey returns the Idempotency-Key of a request's header after
-// checking it: present exactly once and valid per ValidateIdempotencyKey.
-// Errors are *Error values wrapping ErrMissingIdempotencyKey or
+// checking it: present exactly once and valid per ParseKey. Errors are
+// *Error values wrapping ErrMissingIdempotencyKey or
 // ErrInvalidIdempotencyKey.
-func IdempotencyKey(h http.Header) (string, error) {
+func IdempotencyKey(h http.Header) (Key, error) {
 	vals := h.Values(IdempotencyKeyHeader)
 	switch {
 	case len(vals) == 0 || (len(vals) == 1 && vals[0] == ""):
-		return "", errf(ErrMissingIdempotencyKey, IdempotencyKeyHeader, "the header is required")
+		return Key{}, errf(ErrMissingIdempotencyKey, IdempotencyKeyHeader, "the header is required")
 	case len(vals) > 1:
-		return "", errf(ErrInvalidIdempotencyKey, IdempotencyKeyHeader, "the header must appear once")
+		return Key{}, errf(ErrInvalidIdempotencyKey, IdempotencyKeyHeader, "the header must appear once")
 	}
-	if err := ValidateIdempotencyKey(vals[0]); err != nil {
-		return "", err
-	}
-	return vals[0], nil
+	return ParseKey(vals[0])
 }
 
-// ValidateIdempotencyKey checks one key: 1 to MaxIdempotencyKeyLen bytes of
-// visible ASCII (0x21..0x7E). The empty key wraps ErrMissingIdempotencyKey,
-// any other invalid key ErrInvalidIdempotencyKey.
-func ValidateIdempotencyKey(key string) error {
+// ParseKey checks one key: 1 to MaxIdempotencyKeyLen bytes of visible
+// ASCII (0x21..0x7E). The empty key wraps ErrMissingIdempotencyKey, any
+// other invalid key ErrInvalidIdempotencyKey.
+func ParseKey(key string) (Key, error) {
 	if key == "" {
-		return errf(ErrMissingIdempotencyKey, IdempotencyKeyHeader, "the header is required")
+		return Key{}, errf(ErrMissingIdempotencyKey, IdempotencyKeyHeader, "the header is required")
 	}
 	if len(key) > MaxIdempotencyKeyLen {
-		return errf(ErrInvalidIdempotencyKey, IdempotencyKeyHeader, "must be at most %d characters long", MaxIdempotencyKeyLen)
+		return Key{}, errf(ErrInvalidIdempotencyKey, IdempotencyKeyHeader, "must be at most %d characters long", MaxIdempotencyKeyLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {
-			return errf(ErrInvalidIdempotencyKey, IdempotencyKeyHeader, "must contain only visible ASCII characters (no spaces)")
+			return Key{}, errf(ErrInvalidIdempotencyKey, IdempotencyKeyHeader, "must contain only visible ASCII characters (no spaces)")
 		}
 	}
-	return nil
+	return Key{s: key}, nil
+}
+
+// MustKey is ParseKey for keys known to be valid (constants in tests and
+// examples); it panics on an invalid key.
+func MustKey(key string) Key {
+	k, err := ParseKey(key)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }

@@ -320,7 +320,7 @@ func TestIdempotencyKey(t *testing.T) {
 		h := http.Header{}
 		h.Set(request.IdempotencyKeyHeader, k)
 		got, err := request.IdempotencyKey(h)
-		if err != nil || got != k {
+		if err != nil || got.String() != k || got.IsZero() {
 			t.Errorf("IdempotencyKey(%q) = %q, %v", k, got, err)
 		}
 	}
@@ -347,7 +347,7 @@ func TestIdempotencyKey(t *testing.T) {
 				h.Add(request.IdempotencyKeyHeader, v)
 			}
 			got, err := request.IdempotencyKey(h)
-			if !errors.Is(err, tc.err) {
+			if !errors.Is(err, tc.err) || !got.IsZero() {
 				t.Fatalf("IdempotencyKey(%q) = %q, %v; want %v", tc.vals, got, err, tc.err)
 			}
 			var re *request.Error
@@ -359,7 +359,7 @@ func TestIdempotencyKey(t *testing.T) {
 	// Header names are case-insensitive on the wire; the canonical form is looked up.
 	req := httptest.NewRequest(http.MethodPost, "/orders", nil)
 	req.Header["Idempotency-Key"] = []string{"k1"}
-	if got, err := request.IdempotencyKey(req.Header); err != nil || got != "k1" {
+	if got, err := request.IdempotencyKey(req.Header); err != nil || got.String() != "k1" {
 		t.Fatalf("IdempotencyKey = %q, %v", got, err)
 	}
 }
@@ -378,3 +378,52 @@ func (c *countingReader) Read(p []byte) (int, error) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func TestParseKey(t *testing.T) {
+	k, err := request.ParseKey("req-001")
+	if err != nil || k.String() != "req-001" || k.IsZero() {
+		t.Fatalf("ParseKey = %q, %v", k, err)
+	}
+	if k, err := request.ParseKey(strings.Repeat("k", request.MaxIdempotencyKeyLen+1)); !errors.Is(err, request.ErrInvalidIdempotencyKey) || !k.IsZero() {
+		t.Fatalf("long key = %q, %v", k, err)
+	}
+	if k, err := request.ParseKey(""); !errors.Is(err, request.ErrMissingIdempotencyKey) || !k.IsZero() {
+		t.Fatalf("empty key = %q, %v", k, err)
+	}
+	if !(request.Key{}).IsZero() {
+		t.Fatal("the zero Key is a key")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("MustKey accepted a key with a space")
+		}
+	}()
+	request.MustKey("a b")
+}
+
+// FuzzParseKey checks the key rule on any string: a key is accepted
+// exactly when it has 1..MaxIdempotencyKeyLen bytes of visible ASCII, and
+// an accepted key is kept byte for byte.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"", "a", "req 1", "clé", strings.Repeat("k", 255), strings.Repeat("k", 256), "\x7f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := request.ParseKey(s)
+		want := len(s) >= 1 && len(s) <= request.MaxIdempotencyKeyLen
+		for i := 0; i < len(s); i++ {
+			if s[i] < 0x21 || s[i] > 0x7e {
+				want = false
+			}
+		}
+		if want != (err == nil) {
+			t.Fatalf("ParseKey(%q) = %v, want accepted=%v", s, err, want)
+		}
+		if err == nil && k.String() != s {
+			t.Fatalf("ParseKey(%q) kept %q", s, k.String())
+		}
+		if err != nil && !k.IsZero() {
+			t.Fatalf("ParseKey(%q) failed but returned a key", s)
+		}
+	})
+}

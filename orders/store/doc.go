@@ -20,11 +20,16 @@
 //     (available >= quantity AND last_fence < fence), through the fencing
 //     package. A stale fence returns [ErrStaleFence]; an unknown product
 //     returns [ErrUnknownProduct]; both write nothing.
-//  3. Insufficient stock saves a request_outcomes row holding the rendered
-//     409 snapshot and returns [ErrOutOfStock] with that snapshot, so the
+//  3. Insufficient stock saves a request_outcomes row holding the caller's
+//     OutOfStock snapshot and returns [ErrOutOfStock] with it, so the
 //     rejection replays like a success.
-//  4. Otherwise it inserts the order (status CREATED) with the response
-//     snapshot rendered from it, in the same transaction.
+//  4. Otherwise it inserts the order (status CREATED, under the caller's
+//     order id) with the caller's Created snapshot, in the same
+//     transaction.
+//
+// The store renders nothing and knows no HTTP: the caller hands it the
+// order id and both snapshots (status and body) as data, and the store
+// saves whichever the transaction's outcome calls for.
 //
 // UNIQUE(user_id, idempotency_key) backs step 1: should a twin commit the
 // same pair anyway, the insert fails, the transaction rolls back (returning

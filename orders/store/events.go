@@ -37,15 +37,15 @@ type PaymentEvent struct {
 // none of them changes anything.
 func (s *Store) ApplyPaymentEvent(ctx context.Context, ev PaymentEvent) (o Order, applied bool, err error) {
 	for _, f := range []struct{ name, v string }{{"event id", ev.EventID}, {"payment request id", ev.RequestID}} {
-		if err := checkText(f.name, f.v, MaxIDLen); err != nil {
+		if err := checkText(f.name, f.v, MaxRefLen); err != nil {
 			return Order{}, false, err
 		}
 	}
 	if ev.Status != PaymentSucceeded && ev.Status != PaymentFailed {
 		return Order{}, false, fmt.Errorf("%w: an event cannot settle a payment as %q", ErrInvalid, ev.Status)
 	}
-	if len(ev.ProviderRef) > MaxIDLen {
-		return Order{}, false, fmt.Errorf("%w: provider reference is %d bytes, the limit is %d", ErrInvalid, len(ev.ProviderRef), MaxIDLen)
+	if len(ev.ProviderRef) > MaxRefLen {
+		return Order{}, false, fmt.Errorf("%w: provider reference is %d bytes, the limit is %d", ErrInvalid, len(ev.ProviderRef), MaxRefLen)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		orderID, current, err := lockPayment(ctx, tx, ev.RequestID)

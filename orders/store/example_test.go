@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -37,13 +38,19 @@ func ExampleStore_PlaceOrder() {
 		fmt.Println(err)
 		return
 	}
+	// The caller makes the order id and renders both possible answers;
+	// the store saves the one the transaction calls for.
+	const id = "ord_0001"
 	out, err := st.PlaceOrder(ctx, store.PlaceOrder{
 		UserID:         "u1001",
-		IdempotencyKey: "req-001",
+		IdempotencyKey: request.MustKey("req-001"),
 		Fingerprint:    "sha256-of-the-canonical-request",
 		ProductID:      "42",
 		Quantity:       1,
 		Fence:          fence,
+		OrderID:        id,
+		Created:        store.Snapshot{Status: 201, Body: []byte(`{"orderId":"` + id + `"}`)},
+		OutOfStock:     store.Snapshot{Status: 409, Body: []byte(`{"title":"Out of stock"}`)},
 	})
 	switch {
 	case err == nil, errors.Is(err, store.ErrOutOfStock):

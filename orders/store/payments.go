@@ -76,10 +76,10 @@ type PaymentStart struct {
 // gives a [*TransitionError] with the order: PAID, PAYMENT_FAILED (already
 // settled) or CANCELLED.
 func (s *Store) BeginPayment(ctx context.Context, orderID, requestID string) (PaymentStart, error) {
-	if err := checkText("order id", orderID, MaxIDLen); err != nil {
+	if err := checkText("order id", orderID, MaxRefLen); err != nil {
 		return PaymentStart{}, err
 	}
-	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+	if err := checkText("payment request id", requestID, MaxRefLen); err != nil {
 		return PaymentStart{}, err
 	}
 	var res PaymentStart
@@ -122,7 +122,7 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payment_request_id) DO NOTHING`, requestID,
 // answer returns the order and changes nothing; a different answer than
 // the one recorded gives [ErrPaymentConflict].
 func (s *Store) SettlePayment(ctx context.Context, requestID string, status PaymentStatus, providerRef string) (Order, error) {
-	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+	if err := checkText("payment request id", requestID, MaxRefLen); err != nil {
 		return Order{}, err
 	}
 	var to Status
@@ -134,8 +134,8 @@ func (s *Store) SettlePayment(ctx context.Context, requestID string, status Paym
 	default:
 		return Order{}, fmt.Errorf("%w: cannot settle a payment as %q", ErrInvalid, status)
 	}
-	if len(providerRef) > MaxIDLen {
-		return Order{}, fmt.Errorf("%w: provider reference is %d bytes, the limit is %d", ErrInvalid, len(providerRef), MaxIDLen)
+	if len(providerRef) > MaxRefLen {
+		return Order{}, fmt.Errorf("%w: provider reference is %d bytes, the limit is %d", ErrInvalid, len(providerRef), MaxRefLen)
 	}
 	var o Order
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -217,7 +217,7 @@ LIMIT $4`, PaymentPending, StatusPaying, olderThan.Seconds(), limit)
 // the back of the PendingPayments order. It does nothing to a settled
 // payment.
 func (s *Store) TouchPayment(ctx context.Context, requestID string) error {
-	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+	if err := checkText("payment request id", requestID, MaxRefLen); err != nil {
 		return err
 	}
 	_, err := s.pool.Exec(ctx, `UPDATE payments SET attempts = attempts + 1, updated_at = now()
@@ -231,7 +231,7 @@ WHERE payment_request_id = $1 AND status = $2`, requestID, PaymentPending)
 // GetPayment returns the payment with request id requestID, or an error
 // wrapping [ErrNotFound].
 func (s *Store) GetPayment(ctx context.Context, requestID string) (Payment, error) {
-	if err := checkText("payment request id", requestID, MaxIDLen); err != nil {
+	if err := checkText("payment request id", requestID, MaxRefLen); err != nil {
 		return Payment{}, err
 	}
 	var p Payment

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
 // OutcomeKind says what a saved outcome of POST /orders is.
@@ -50,18 +51,37 @@ type Outcome struct {
 	Order Order
 }
 
-// PlaceOrder is the input of [Store.PlaceOrder].
+// Snapshot is a response saved with an outcome and replayed byte for byte:
+// an HTTP status and the body. The caller renders it; the store keeps it as
+// data and never looks inside. No content type is kept: it follows from the
+// status, where the caller turns a snapshot into a response.
+type Snapshot struct {
+	Status int
+	Body   []byte
+}
+
+func (r Snapshot) check(what string) error {
+	if r.Status < 100 || r.Status > 599 {
+		return fmt.Errorf("%w: %s snapshot has HTTP status %d", ErrInvalid, what, r.Status)
+	}
+	return nil
+}
+
+// PlaceOrder is the input of [Store.PlaceOrder]. Every field but FenceKey
+// (or Fence) is required.
 type PlaceOrder struct {
-	// UserID is the authenticated user; never taken from the request body.
+	// UserID is the authenticated user (1 to request.MaxUserIDLen bytes);
+	// never taken from the request body.
 	UserID string
-	// IdempotencyKey is the client's Idempotency-Key, 1 to
-	// MaxIdempotencyKeyLen bytes.
-	IdempotencyKey string
+	// IdempotencyKey is the client's Idempotency-Key, checked where it
+	// entered.
+	IdempotencyKey request.Key
 	// Fingerprint identifies the request's business content; a replay with
 	// another fingerprint is refused with ErrFingerprintMismatch.
 	Fingerprint string
-	ProductID   string
-	// Quantity is 1 to MaxQuantity.
+	// ProductID is 1 to request.MaxIDLen bytes.
+	ProductID string
+	// Quantity is request.MinQuantity to request.MaxQuantity.
 	Quantity int64
 	// Fence is the fencing token for the product's stock: the lease's
 	// Fence() when the stock lock is held. Zero asks for FenceKey instead.
@@ -74,29 +94,42 @@ type PlaceOrder struct {
 	// other's fences stale; a token taken before the transaction could
 	// reach the row after a later one and be refused.
 	FenceKey string
-	// Render renders the response snapshot of a new order, saved in the
-	// same transaction and replayed byte for byte. Nil means DefaultRender.
-	Render func(Order) (status int, body []byte)
-	// RenderOutOfStock renders the saved response of an out-of-stock
-	// rejection. Nil means DefaultRenderOutOfStock.
-	RenderOutOfStock func(OutOfStock) (status int, body []byte)
+	// OrderID is the id the new order gets (1 to MaxRefLen bytes), made by
+	// the caller so that it can render Created before the transaction.
+	// A replay keeps the saved order's id.
+	OrderID string
+	// Created is the response snapshot saved with a new order and replayed
+	// byte for byte.
+	Created Snapshot
+	// OutOfStock is the response snapshot saved when the stock is short,
+	// and replayed like Created.
+	OutOfStock Snapshot
 }
 
 func (p PlaceOrder) validate() error {
-	if err := checkText("user id", p.UserID, MaxIDLen); err != nil {
+	if err := checkText("user id", p.UserID, request.MaxUserIDLen); err != nil {
 		return err
 	}
-	if err := checkText("idempotency key", p.IdempotencyKey, MaxIdempotencyKeyLen); err != nil {
-		return err
+	if p.IdempotencyKey.IsZero() {
+		return fmt.Errorf("%w: no idempotency key", ErrInvalid)
 	}
 	if err := checkText("fingerprint", p.Fingerprint, MaxFingerprintLen); err != nil {
 		return err
 	}
-	if err := checkText("product id", p.ProductID, MaxIDLen); err != nil {
+	if err := checkText("product id", p.ProductID, request.MaxIDLen); err != nil {
 		return err
 	}
-	if p.Quantity < 1 || p.Quantity > MaxQuantity {
-		return fmt.Errorf("%w: quantity %d is outside 1..%d", ErrInvalid, p.Quantity, MaxQuantity)
+	if p.Quantity < request.MinQuantity || p.Quantity > request.MaxQuantity {
+		return fmt.Errorf("%w: quantity %d is outside %d..%d", ErrInvalid, p.Quantity, request.MinQuantity, request.MaxQuantity)
+	}
+	if err := checkText("order id", p.OrderID, MaxRefLen); err != nil {
+		return err
+	}
+	if err := p.Created.check("created"); err != nil {
+		return err
+	}
+	if err := p.OutOfStock.check("out-of-stock"); err != nil {
+		return err
 	}
 	switch {
 	case p.Fence < 0:
@@ -130,25 +163,11 @@ func (s *Store) PlaceOrder(ctx context.Context, p PlaceOrder) (Outcome, error) {
 	if err := p.validate(); err != nil {
 		return Outcome{}, err
 	}
-	if p.Render == nil {
-		p.Render = DefaultRender
-	}
-	if p.RenderOutOfStock == nil {
-		p.RenderOutOfStock = DefaultRenderOutOfStock
-	}
-	id, err := s.newID()
-	if err != nil {
-		return Outcome{}, err
-	}
-	if err := checkText("generated order id", id, MaxIDLen); err != nil {
-		return Outcome{}, err
-	}
-
-	out, err := s.placeTx(ctx, p, id)
+	out, err := s.placeTx(ctx, p)
 	if isIdempotencyConflict(err) {
 		// A twin committed the same (user, key) first: our transaction
 		// rolled back (returning the stock), so answer from the original.
-		saved, lerr := s.lookup(ctx, p.UserID, p.IdempotencyKey)
+		saved, lerr := s.lookup(ctx, p.UserID, p.IdempotencyKey.String())
 		if lerr != nil {
 			return Outcome{}, fmt.Errorf("store: place order: re-read after a concurrent twin: %w", lerr)
 		}
@@ -159,7 +178,7 @@ func (s *Store) PlaceOrder(ctx context.Context, p PlaceOrder) (Outcome, error) {
 
 // placeTx runs the PlaceOrder transaction. A unique violation on
 // (user_id, idempotency_key) is returned as is, after rollback.
-func (s *Store) placeTx(ctx context.Context, p PlaceOrder, orderID string) (_ Outcome, err error) {
+func (s *Store) placeTx(ctx context.Context, p PlaceOrder) (_ Outcome, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("store: place order: begin: %w", err)
@@ -170,12 +189,13 @@ func (s *Store) placeTx(ctx context.Context, p PlaceOrder, orderID string) (_ Ou
 		}
 	}()
 
+	key := p.IdempotencyKey.String()
 	if !s.noTwinLock {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, p.UserID, p.IdempotencyKey); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, p.UserID, key); err != nil {
 			return Outcome{}, fmt.Errorf("store: place order: lock key: %w", err)
 		}
 	}
-	saved, err := lookupTx(ctx, tx, p.UserID, p.IdempotencyKey)
+	saved, err := lookupTx(ctx, tx, p.UserID, key)
 	switch {
 	case err == nil:
 		out, rerr := replay(saved, p.Fingerprint)
@@ -230,22 +250,19 @@ func (s *Store) placeTx(ctx context.Context, p PlaceOrder, orderID string) (_ Ou
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	o := Order{
-		ID:             orderID,
+		ID:             p.OrderID,
 		UserID:         p.UserID,
 		ProductID:      p.ProductID,
 		Quantity:       p.Quantity,
 		AmountCents:    price * p.Quantity,
-		IdempotencyKey: p.IdempotencyKey,
+		IdempotencyKey: key,
 		Fingerprint:    p.Fingerprint,
 		Status:         StatusCreated,
 		Fence:          p.Fence,
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}
-	status, body, err := render(func() (int, []byte) { return p.Render(o) })
-	if err != nil {
-		return Outcome{}, err
-	}
+	status, body := p.Created.Status, nonNil(p.Created.Body)
 	_, err = tx.Exec(ctx, `INSERT INTO orders (`+orderColumns+`, response_status, response_body)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		o.ID, o.UserID, o.ProductID, o.Quantity, o.AmountCents, o.IdempotencyKey,
@@ -261,22 +278,12 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 
 // saveOutOfStock records the rejection and commits.
 func (s *Store) saveOutOfStock(ctx context.Context, tx pgx.Tx, p PlaceOrder) (Outcome, error) {
-	status, body, err := render(func() (int, []byte) {
-		return p.RenderOutOfStock(OutOfStock{
-			UserID:         p.UserID,
-			IdempotencyKey: p.IdempotencyKey,
-			ProductID:      p.ProductID,
-			Quantity:       p.Quantity,
-		})
-	})
-	if err != nil {
-		return Outcome{}, err
-	}
+	status, body := p.OutOfStock.Status, nonNil(p.OutOfStock.Body)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	_, err = tx.Exec(ctx, `INSERT INTO request_outcomes (user_id, idempotency_key, request_fingerprint, outcome,
+	_, err := tx.Exec(ctx, `INSERT INTO request_outcomes (user_id, idempotency_key, request_fingerprint, outcome,
 product_id, quantity, response_status, response_body, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		p.UserID, p.IdempotencyKey, p.Fingerprint, OutcomeOutOfStock, p.ProductID, p.Quantity, status, body, now)
+		p.UserID, p.IdempotencyKey.String(), p.Fingerprint, OutcomeOutOfStock, p.ProductID, p.Quantity, status, body, now)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("store: place order: save out-of-stock outcome: %w", err)
 	}
@@ -286,7 +293,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 	return Outcome{
 		Kind:           OutcomeOutOfStock,
 		UserID:         p.UserID,
-		IdempotencyKey: p.IdempotencyKey,
+		IdempotencyKey: p.IdempotencyKey.String(),
 		Fingerprint:    p.Fingerprint,
 		ProductID:      p.ProductID,
 		Quantity:       p.Quantity,
@@ -300,16 +307,12 @@ func outOfStockErr(productID string, qty int64) error {
 	return fmt.Errorf("%w: product %q, quantity %d", ErrOutOfStock, productID, qty)
 }
 
-// render calls a render hook and checks its status code.
-func render(f func() (int, []byte)) (int, []byte, error) {
-	status, body := f()
-	if status < 100 || status > 599 {
-		return 0, nil, fmt.Errorf("%w: render hook returned HTTP status %d", ErrInvalid, status)
+// nonNil keeps an empty body empty rather than NULL.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
 	}
-	if body == nil {
-		body = []byte{}
-	}
-	return status, body, nil
+	return b
 }
 
 // replay answers a request from a saved outcome.
@@ -332,14 +335,14 @@ func replay(saved Outcome, fingerprint string) (Outcome, error) {
 // its transaction, so ErrNotFound means that no outcome was committed and
 // none was being committed when Lookup returned. A request whose processing
 // lease expired can use it to decide between replaying and proceeding.
-func (s *Store) Lookup(ctx context.Context, userID, idempotencyKey string) (Outcome, error) {
-	if err := checkText("user id", userID, MaxIDLen); err != nil {
+func (s *Store) Lookup(ctx context.Context, userID string, key request.Key) (Outcome, error) {
+	if err := checkText("user id", userID, request.MaxUserIDLen); err != nil {
 		return Outcome{}, err
 	}
-	if err := checkText("idempotency key", idempotencyKey, MaxIdempotencyKeyLen); err != nil {
-		return Outcome{}, err
+	if key.IsZero() {
+		return Outcome{}, fmt.Errorf("%w: no idempotency key", ErrInvalid)
 	}
-	return s.lookup(ctx, userID, idempotencyKey)
+	return s.lookup(ctx, userID, key.String())
 }
 
 func (s *Store) lookup(ctx context.Context, userID, key string) (Outcome, error) {

@@ -11,19 +11,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/orders/request"
 )
 
-// Limits on the inputs the store accepts. Longer or larger values are
-// rejected with [ErrInvalid] before anything is written.
+// Limits on the inputs the store accepts, besides the order path's own
+// (request.MaxUserIDLen for user ids, request.MaxIDLen for product ids,
+// request.MaxQuantity for quantities, and the idempotency key, which comes
+// checked as a request.Key). Longer values are rejected with [ErrInvalid]
+// before anything is written.
 const (
-	// MaxIDLen bounds user ids, product ids and order ids, in bytes.
-	MaxIDLen = 255
-	// MaxIdempotencyKeyLen bounds idempotency keys, in bytes.
-	MaxIdempotencyKeyLen = 255
+	// MaxRefLen bounds the ids the server or a payment provider makes:
+	// order ids, payment request ids, event ids and provider references.
+	MaxRefLen = 255
 	// MaxFingerprintLen bounds request fingerprints, in bytes.
 	MaxFingerprintLen = 256
-	// MaxQuantity is the largest quantity one order may take.
-	MaxQuantity = 1_000_000
 )
 
 var (
@@ -163,7 +164,6 @@ func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }
 type Store struct {
 	pool  *pgxpool.Pool
 	stock *fencing.Table
-	newID func() (string, error)
 	// noTwinLock skips the advisory lock that serializes twins, so tests
 	// can exercise the unique-violation path behind it.
 	noTwinLock bool
@@ -171,20 +171,6 @@ type Store struct {
 
 // Option configures [New].
 type Option func(*Store) error
-
-// WithOrderIDs replaces the generator of order ids (random "ord_" + 32 hex
-// digits by default). The generator must return unique, non-empty ids of at
-// most [MaxIDLen] bytes; it is meant for tests and migrations from older
-// systems.
-func WithOrderIDs(gen func() (string, error)) Option {
-	return func(s *Store) error {
-		if gen == nil {
-			return fmt.Errorf("%w: nil order id generator", ErrInvalid)
-		}
-		s.newID = gen
-		return nil
-	}
-}
 
 // New returns a Store on pool. The caller keeps ownership of the pool and
 // closes it after the last call.
@@ -196,7 +182,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{pool: pool, stock: stock, newID: NewOrderID}
+	s := &Store{pool: pool, stock: stock}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -228,7 +214,7 @@ type querier interface {
 // GetOrder returns the order with id orderID, or an error wrapping
 // [ErrNotFound].
 func (s *Store) GetOrder(ctx context.Context, orderID string) (Order, error) {
-	if err := checkText("order id", orderID, MaxIDLen); err != nil {
+	if err := checkText("order id", orderID, MaxRefLen); err != nil {
 		return Order{}, err
 	}
 	return getOrder(ctx, s.pool, orderID)
@@ -251,7 +237,7 @@ func getOrder(ctx context.Context, q querier, orderID string) (Order, error) {
 // tests, the demo and back-office tools; orders move stock through
 // PlaceOrder and Transition.
 func (s *Store) SeedProduct(ctx context.Context, productID string, available, priceCents int64) error {
-	if err := checkText("product id", productID, MaxIDLen); err != nil {
+	if err := checkText("product id", productID, request.MaxIDLen); err != nil {
 		return err
 	}
 	if available < 0 || priceCents < 0 {
@@ -269,7 +255,7 @@ ON CONFLICT (product_id) DO UPDATE SET available = EXCLUDED.available, price_cen
 // Stock returns the stock row of productID, or an error wrapping
 // [ErrNotFound].
 func (s *Store) Stock(ctx context.Context, productID string) (Stock, error) {
-	if err := checkText("product id", productID, MaxIDLen); err != nil {
+	if err := checkText("product id", productID, request.MaxIDLen); err != nil {
 		return Stock{}, err
 	}
 	st := Stock{ProductID: productID}

@@ -3,6 +3,8 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
@@ -92,11 +95,12 @@ func (e *env) count(t *testing.T, table string) int {
 }
 
 // req is the standard request of the seed scenario: u1001 buys one unit of
-// product 42 with key req-001.
+// product 42 with key req-001. It has no order id or snapshots: put gives
+// each attempt its own, as the service does.
 func (e *env) req(t *testing.T) store.PlaceOrder {
 	return store.PlaceOrder{
 		UserID:         "u1001",
-		IdempotencyKey: "req-001",
+		IdempotencyKey: request.MustKey("req-001"),
 		Fingerprint:    "fp-42x1",
 		ProductID:      "42",
 		Quantity:       1,
@@ -104,10 +108,38 @@ func (e *env) req(t *testing.T) store.PlaceOrder {
 	}
 }
 
+// put runs PlaceOrder as one attempt of the service would: with a new
+// order id and both answers rendered, unless p brings its own.
+func (e *env) put(ctx context.Context, p store.PlaceOrder) (store.Outcome, error) {
+	if p.OrderID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		p.OrderID = "ord_" + hex.EncodeToString(b[:])
+		if p.Created.Status == 0 {
+			p.Created = store.Snapshot{Status: http.StatusCreated, Body: fmt.Appendf(nil,
+				`{"orderId":%q,"status":"CREATED","productId":%q,"quantity":%d}`, p.OrderID, p.ProductID, p.Quantity)}
+		}
+	}
+	if p.OutOfStock.Status == 0 {
+		p.OutOfStock = store.Snapshot{Status: http.StatusConflict, Body: fmt.Appendf(nil,
+			`{"title":"Out of stock","status":409,"productId":%q}`, p.ProductID)}
+	}
+	return e.st.PlaceOrder(ctx, p)
+}
+
+// full is req with an order id and both snapshots: a complete input.
+func (e *env) full(t *testing.T) store.PlaceOrder {
+	p := e.req(t)
+	p.OrderID = "ord_full"
+	p.Created = store.Snapshot{Status: http.StatusCreated, Body: []byte(`{}`)}
+	p.OutOfStock = store.Snapshot{Status: http.StatusConflict, Body: []byte(`{}`)}
+	return p
+}
+
 // place places an order that must succeed.
 func (e *env) place(t *testing.T, p store.PlaceOrder) store.Outcome {
 	t.Helper()
-	out, err := e.st.PlaceOrder(context.Background(), p)
+	out, err := e.put(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +287,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		e.place(t, e.req(t))
 		p := e.req(t)
 		p.Fingerprint, p.Quantity = "fp-42x2", 2
-		_, err := e.st.PlaceOrder(context.Background(), p)
+		_, err := e.put(context.Background(), p)
 		if !errors.Is(err, store.ErrFingerprintMismatch) {
 			t.Fatalf("err %v, want ErrFingerprintMismatch", err)
 		}
@@ -322,7 +354,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 			wg.Go(func() {
 				p := e.req(t)
 				p.UserID = fmt.Sprintf("u%d", i)
-				results[i].out, results[i].err = e.st.PlaceOrder(context.Background(), p)
+				results[i].out, results[i].err = e.put(context.Background(), p)
 			})
 		}
 		wg.Wait()
@@ -361,7 +393,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		e.seed(t, "42", 1, 100)
 		p := e.req(t)
 		p.Quantity = 2
-		out, err := e.st.PlaceOrder(context.Background(), p)
+		out, err := e.put(context.Background(), p)
 		if !errors.Is(err, store.ErrOutOfStock) {
 			t.Fatalf("err %v, want ErrOutOfStock", err)
 		}
@@ -375,7 +407,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		// Restocked since, the same request still gets its first answer.
 		e.seed(t, "42", 10, 100)
 		p.Fence = e.nextFence(t, "42")
-		again, err := e.st.PlaceOrder(context.Background(), p)
+		again, err := e.put(context.Background(), p)
 		if !errors.Is(err, store.ErrOutOfStock) || !again.Replayed || !bytes.Equal(again.ResponseBody, out.ResponseBody) {
 			t.Fatalf("replay %+v, %v", again, err)
 		}
@@ -383,7 +415,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 			t.Fatalf("%d orders", n)
 		}
 		p.Fingerprint = "other"
-		if _, err := e.st.PlaceOrder(context.Background(), p); !errors.Is(err, store.ErrFingerprintMismatch) {
+		if _, err := e.put(context.Background(), p); !errors.Is(err, store.ErrFingerprintMismatch) {
 			t.Fatalf("changed request on a saved rejection: %v", err)
 		}
 	})
@@ -397,8 +429,8 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		e.place(t, cur)
 		for _, f := range []int64{old, cur.Fence} {
 			p := e.req(t)
-			p.IdempotencyKey, p.Fence = fmt.Sprintf("late-%d", f), f
-			out, err := e.st.PlaceOrder(context.Background(), p)
+			p.IdempotencyKey, p.Fence = request.MustKey(fmt.Sprintf("late-%d", f)), f
+			out, err := e.put(context.Background(), p)
 			if !errors.Is(err, store.ErrStaleFence) || !errors.Is(err, fencing.ErrStaleFence) {
 				t.Fatalf("fence %d: %+v, %v; want ErrStaleFence", f, out, err)
 			}
@@ -420,7 +452,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		e := newEnv(t, srv)
 		p := e.req(t)
 		p.ProductID = "404"
-		_, err := e.st.PlaceOrder(context.Background(), p)
+		_, err := e.put(context.Background(), p)
 		if !errors.Is(err, store.ErrUnknownProduct) {
 			t.Fatalf("err %v, want ErrUnknownProduct", err)
 		}
@@ -434,25 +466,30 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		e := newEnv(t, srv)
 		e.seed(t, "42", 5, 100)
 		mods := map[string]func(*store.PlaceOrder){
-			"noUser":    func(p *store.PlaceOrder) { p.UserID = "" },
-			"noKey":     func(p *store.PlaceOrder) { p.IdempotencyKey = "" },
-			"longKey":   func(p *store.PlaceOrder) { p.IdempotencyKey = strings.Repeat("k", store.MaxIdempotencyKeyLen+1) },
-			"nulKey":    func(p *store.PlaceOrder) { p.IdempotencyKey = "a\x00b" },
-			"badUTF8":   func(p *store.PlaceOrder) { p.UserID = "\xff" },
-			"noFP":      func(p *store.PlaceOrder) { p.Fingerprint = "" },
-			"noProduct": func(p *store.PlaceOrder) { p.ProductID = "" },
-			"zeroQty":   func(p *store.PlaceOrder) { p.Quantity = 0 },
-			"negQty":    func(p *store.PlaceOrder) { p.Quantity = -1 },
-			"hugeQty":   func(p *store.PlaceOrder) { p.Quantity = store.MaxQuantity + 1 },
-			"zeroFence": func(p *store.PlaceOrder) { p.Fence = 0 },
-			"negFence":  func(p *store.PlaceOrder) { p.Fence = -5 },
-			"badRender": func(p *store.PlaceOrder) { p.Render = func(store.Order) (int, []byte) { return 0, nil } },
-			"badRender600": func(p *store.PlaceOrder) {
-				p.Render = func(store.Order) (int, []byte) { return 600, nil }
-			},
+			"noUser":       func(p *store.PlaceOrder) { p.UserID = "" },
+			"longUser":     func(p *store.PlaceOrder) { p.UserID = strings.Repeat("u", request.MaxUserIDLen+1) },
+			"noKey":        func(p *store.PlaceOrder) { p.IdempotencyKey = request.Key{} },
+			"badUTF8":      func(p *store.PlaceOrder) { p.UserID = "\xff" },
+			"nulUser":      func(p *store.PlaceOrder) { p.UserID = "a\x00b" },
+			"noFP":         func(p *store.PlaceOrder) { p.Fingerprint = "" },
+			"noProduct":    func(p *store.PlaceOrder) { p.ProductID = "" },
+			"longProduct":  func(p *store.PlaceOrder) { p.ProductID = strings.Repeat("4", request.MaxIDLen+1) },
+			"zeroQty":      func(p *store.PlaceOrder) { p.Quantity = 0 },
+			"negQty":       func(p *store.PlaceOrder) { p.Quantity = -1 },
+			"hugeQty":      func(p *store.PlaceOrder) { p.Quantity = request.MaxQuantity + 1 },
+			"zeroFence":    func(p *store.PlaceOrder) { p.Fence = 0 },
+			"negFence":     func(p *store.PlaceOrder) { p.Fence = -5 },
+			"noOrderID":    func(p *store.PlaceOrder) { p.OrderID = "" },
+			"longOrderID":  func(p *store.PlaceOrder) { p.OrderID = strings.Repeat("o", store.MaxRefLen+1) },
+			"noCreated":    func(p *store.PlaceOrder) { p.Created = store.Snapshot{} },
+			"created600":   func(p *store.PlaceOrder) { p.Created.Status = 600 },
+			"noOutOfStock": func(p *store.PlaceOrder) { p.OutOfStock = store.Snapshot{} },
+			"outOfStock99": func(p *store.PlaceOrder) { p.OutOfStock.Status = 99 },
+			"fenceAndKey":  func(p *store.PlaceOrder) { p.FenceKey = "stock:42" },
+			"neitherFence": func(p *store.PlaceOrder) { p.Fence, p.FenceKey = 0, "" },
 		}
 		for name, mod := range mods {
-			p := e.req(t)
+			p := e.full(t)
 			mod(&p)
 			if _, err := e.st.PlaceOrder(context.Background(), p); !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("%s: err %v, want ErrInvalid", name, err)
@@ -466,27 +503,32 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		}
 	})
 
-	t.Run("RenderHooks", func(t *testing.T) {
+	t.Run("SnapshotsAreData", func(t *testing.T) {
+		// The store saves the caller's order id and snapshots byte for
+		// byte, whatever they hold, and replays them unchanged.
 		t.Parallel()
 		e := newEnv(t, srv)
 		e.seed(t, "42", 1, 100)
 		p := e.req(t)
-		p.Render = func(o store.Order) (int, []byte) {
-			return 201, []byte("order " + o.ID + " " + string(o.Status))
+		p.OrderID = "ord_given"
+		p.Created = store.Snapshot{Status: 201, Body: []byte("order ord_given, as rendered")}
+		p.OutOfStock = store.Snapshot{Status: 409, Body: []byte("none left, as rendered")}
+		out, err := e.st.PlaceOrder(context.Background(), p)
+		if err != nil || out.Order.ID != "ord_given" || string(out.ResponseBody) != "order ord_given, as rendered" {
+			t.Fatalf("placed %+v %q, %v", out.Order, out.ResponseBody, err)
 		}
-		p.RenderOutOfStock = func(r store.OutOfStock) (int, []byte) {
-			return 409, []byte("none left of " + r.ProductID)
+		again, err := e.put(context.Background(), p)
+		if err != nil || !again.Replayed || again.Order.ID != "ord_given" || !bytes.Equal(again.ResponseBody, out.ResponseBody) {
+			t.Fatalf("replay %+v %q, %v", again.Order, again.ResponseBody, err)
 		}
-		out := e.place(t, p)
-		if string(out.ResponseBody) != "order "+out.Order.ID+" CREATED" {
-			t.Fatalf("body %q", out.ResponseBody)
-		}
-		q := e.req(t)
-		q.IdempotencyKey = "req-002"
-		q.RenderOutOfStock = p.RenderOutOfStock
+		q := p
+		q.IdempotencyKey, q.OrderID, q.Fence = request.MustKey("req-002"), "ord_other", e.nextFence(t, "42")
 		rej, err := e.st.PlaceOrder(context.Background(), q)
-		if !errors.Is(err, store.ErrOutOfStock) || string(rej.ResponseBody) != "none left of 42" {
-			t.Fatalf("rejection %q, %v", rej.ResponseBody, err)
+		if !errors.Is(err, store.ErrOutOfStock) || rej.ResponseStatus != 409 || string(rej.ResponseBody) != "none left, as rendered" {
+			t.Fatalf("rejection %d %q, %v", rej.ResponseStatus, rej.ResponseBody, err)
+		}
+		if _, err := e.st.GetOrder(context.Background(), "ord_other"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a rejected request left order ord_other: %v", err)
 		}
 	})
 
@@ -496,7 +538,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		e.seed(t, "42", 10, 1<<62)
 		p := e.req(t)
 		p.Quantity = 4
-		if _, err := e.st.PlaceOrder(context.Background(), p); !errors.Is(err, store.ErrInvalid) {
+		if _, err := e.put(context.Background(), p); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("err %v, want ErrInvalid", err)
 		}
 		if s := e.stock(t, "42"); s.Available != 10 || s.LastFence != 0 {
@@ -546,7 +588,7 @@ func queuedTwins(t *testing.T, e *env, n int) {
 	var wg sync.WaitGroup
 	for i := range n {
 		p := e.req(t)
-		wg.Go(func() { outs[i], errs[i] = e.st.PlaceOrder(context.Background(), p) })
+		wg.Go(func() { outs[i], errs[i] = e.put(context.Background(), p) })
 		e.waitForLockWaiters(t, i+1)
 	}
 	if err := hold.Commit(ctx); err != nil {
@@ -565,7 +607,7 @@ func placeTwins(t *testing.T, e *env, n int) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			outs[i], errs[i] = e.st.PlaceOrder(context.Background(), e.req(t))
+			outs[i], errs[i] = e.put(context.Background(), e.req(t))
 		})
 	}
 	wg.Wait()
@@ -573,7 +615,7 @@ func placeTwins(t *testing.T, e *env, n int) {
 		if errors.Is(errs[i], store.ErrStaleFence) {
 			// Twins race with different fences; one that lost the race
 			// is refused before it writes, and its retry replays.
-			outs[i], errs[i] = e.st.PlaceOrder(context.Background(), e.req(t))
+			outs[i], errs[i] = e.put(context.Background(), e.req(t))
 		}
 	}
 	checkTwins(t, e, outs, errs)
@@ -613,7 +655,7 @@ func testLookup(t *testing.T, srv pgServer) {
 		ctx := ctxT(t)
 		e.seed(t, "42", 1, 100)
 		placed := e.place(t, e.req(t))
-		got, err := e.st.Lookup(ctx, "u1001", "req-001")
+		got, err := e.st.Lookup(ctx, "u1001", request.MustKey("req-001"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -622,16 +664,16 @@ func testLookup(t *testing.T, srv pgServer) {
 			t.Fatalf("lookup %+v", got)
 		}
 		p := e.req(t)
-		p.IdempotencyKey = "req-002"
-		_, _ = e.st.PlaceOrder(ctx, p)
-		got, err = e.st.Lookup(ctx, "u1001", "req-002")
+		p.IdempotencyKey = request.MustKey("req-002")
+		_, _ = e.put(ctx, p)
+		got, err = e.st.Lookup(ctx, "u1001", request.MustKey("req-002"))
 		if err != nil || got.Kind != store.OutcomeOutOfStock || got.ResponseStatus != http.StatusConflict {
 			t.Fatalf("lookup %+v, %v", got, err)
 		}
-		if _, err := e.st.Lookup(ctx, "u1001", "req-003"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := e.st.Lookup(ctx, "u1001", request.MustKey("req-003")); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("unknown key: %v", err)
 		}
-		if _, err := e.st.Lookup(ctx, "", "req-003"); !errors.Is(err, store.ErrInvalid) {
+		if _, err := e.st.Lookup(ctx, "", request.MustKey("req-003")); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("empty user: %v", err)
 		}
 	})
@@ -663,7 +705,7 @@ VALUES ('ord_inflight', 'u1001', '42', 1, 100, 'req-001', 'fp-42x1', 'CREATED', 
 		}
 		done := make(chan res, 1)
 		go func() {
-			out, err := e.st.Lookup(ctx, "u1001", "req-001")
+			out, err := e.st.Lookup(ctx, "u1001", request.MustKey("req-001"))
 			done <- res{out, err}
 		}()
 		e.waitForLockWaiters(t, 1)
@@ -713,7 +755,7 @@ func (e *env) orderIn(t *testing.T, key string, s store.Status) store.Order {
 	t.Helper()
 	ctx := context.Background()
 	p := e.req(t)
-	p.IdempotencyKey = key
+	p.IdempotencyKey = request.MustKey(key)
 	o := e.place(t, p).Order
 	var path []store.Status
 	switch s {
@@ -1157,8 +1199,8 @@ func testPayments(t *testing.T, srv pgServer) {
 		e.seed(t, "42", 0, 100)
 		for _, key := range []string{"old-1", "old-2", "new-1"} {
 			p := e.req(t)
-			p.IdempotencyKey = key
-			if _, err := e.st.PlaceOrder(ctx, p); !errors.Is(err, store.ErrOutOfStock) {
+			p.IdempotencyKey = request.MustKey(key)
+			if _, err := e.put(ctx, p); !errors.Is(err, store.ErrOutOfStock) {
 				t.Fatalf("%s: %v", key, err)
 			}
 		}

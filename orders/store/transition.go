@@ -25,7 +25,7 @@ import (
 // payment package through [Store.BeginPayment] and [Store.SettlePayment],
 // which keep the payments table in step.
 func (s *Store) Transition(ctx context.Context, orderID string, to Status) (Order, error) {
-	if err := checkText("order id", orderID, MaxIDLen); err != nil {
+	if err := checkText("order id", orderID, MaxRefLen); err != nil {
 		return Order{}, err
 	}
 	if len(sources(to)) == 0 {
