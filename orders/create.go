@@ -130,9 +130,9 @@ func (s *Service) Create(ctx context.Context, user string, key request.Key, o re
 		case res.Outcome == idem.Success:
 			return replay(res.Response.Status, res.Response.Body)
 		case res.Outcome == idem.InProgress:
-			return s.inProgress(key, res.Lease)
+			return s.busy(key, res.Lease)
 		case res.Outcome == idem.FingerprintMismatch:
-			return problemReply(problem.FingerprintMismatch())
+			return s.keyReused()
 		case res.Outcome == idem.Takeover:
 			// The previous attempt's processing lease ran out. Postgres says
 			// whether it left an outcome before this attempt proceeds.
@@ -156,9 +156,37 @@ func (s *Service) Create(ctx context.Context, user string, key request.Key, o re
 	return reply
 }
 
-// inProgress is the 202 for a request another attempt is processing.
+// keyReused answers a key reused with a different payload: 409, or 422
+// with CodesIETF.
+func (s *Service) keyReused() Reply {
+	if s.codes == CodesIETF {
+		return problemReply(problem.KeyReused())
+	}
+	return problemReply(problem.FingerprintMismatch())
+}
+
+// busy answers a POST whose key another attempt is processing: the 202 of
+// inProgress, or with CodesIETF a 409 problem with the same Retry-After
+// and Location.
+func (s *Service) busy(key request.Key, lease time.Duration) Reply {
+	if s.codes != CodesIETF {
+		return s.inProgress(key, lease)
+	}
+	r := problemReply(problem.RequestInProgress(s.pollWait(lease)))
+	r.Header.Set("Location", requestLocation(key.String()))
+	return r
+}
+
+// pollWait is the Retry-After for a request in flight: the rest of its
+// processing lease, from 1 s up to the configured retry delay.
+func (s *Service) pollWait(lease time.Duration) time.Duration {
+	return min(max(lease, time.Second), s.retry)
+}
+
+// inProgress is the 202 for a request another attempt is processing. The
+// poll (GET /orders/requests) answers it with either code set.
 func (s *Service) inProgress(key request.Key, lease time.Duration) Reply {
-	wait := min(max(lease, time.Second), s.retry)
+	wait := s.pollWait(lease)
 	r := jsonReply(http.StatusAccepted, []byte(`{"status":"IN_PROGRESS"}`))
 	r.Header.Set("Retry-After", problem.RetryAfter(wait))
 	r.Header.Set("Location", requestLocation(key.String()))
@@ -183,7 +211,7 @@ func (s *Service) afterTakeover(ctx context.Context, k idem.Key, key request.Key
 	defer cancel()
 	if out.Fingerprint != fp {
 		_ = s.idem.Release(sctx, k, owner)
-		return problemReply(problem.FingerprintMismatch()), true
+		return s.keyReused(), true
 	}
 	s.metrics.repair()
 	r := replay(out.ResponseStatus, out.ResponseBody)
@@ -269,7 +297,7 @@ func (s *Service) place(ctx context.Context, user string, key request.Key, fp st
 			return r, final, lease
 		case errors.Is(err, store.ErrFingerprintMismatch):
 			s.metrics.place("fingerprint_mismatch")
-			return problemReply(problem.FingerprintMismatch()), retryable, lease
+			return s.keyReused(), retryable, lease
 		case errors.Is(err, store.ErrUnknownProduct):
 			s.metrics.place("unknown_product")
 			return problemReply(problem.UnknownProduct(p.ProductID)), retryable, lease
@@ -309,7 +337,7 @@ func (s *Service) ambiguous(ctx context.Context, user string, key request.Key, f
 	case err == nil && out.Fingerprint == fp:
 		return replay(out.ResponseStatus, out.ResponseBody), final
 	case err == nil:
-		return problemReply(problem.FingerprintMismatch()), retryable
+		return s.keyReused(), retryable
 	}
 	wait := s.retry
 	if s.idem != nil {

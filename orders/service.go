@@ -71,6 +71,34 @@ func ParseFallback(s string) (Fallback, error) {
 	return "", fmt.Errorf("%w: lock fallback %q: want db or reject", ErrConfig, s)
 }
 
+// Codes says which HTTP status codes answer the two idempotency conflicts:
+// a request whose key another attempt is still processing, and a key
+// reused with a different payload.
+type Codes string
+
+// Code sets.
+const (
+	// CodesSeed answers 202 Accepted (with Retry-After and a Location to
+	// poll) while a request is in flight, and 409 Conflict for a key reused
+	// with a different payload. The default.
+	CodesSeed Codes = "seed"
+	// CodesIETF answers as the IETF Idempotency-Key draft does: 409
+	// Conflict (with Retry-After) while a request is in flight, and 422
+	// Unprocessable Content for a key reused with a different payload.
+	CodesIETF Codes = "ietf"
+)
+
+// ParseCodes reads Codes from configuration; "" is CodesSeed.
+func ParseCodes(s string) (Codes, error) {
+	switch c := Codes(s); c {
+	case CodesSeed, CodesIETF:
+		return c, nil
+	case "":
+		return CodesSeed, nil
+	}
+	return "", fmt.Errorf("%w: idempotency codes %q: want seed or ietf", ErrConfig, s)
+}
+
 // ErrConfig is wrapped by every configuration error of New.
 var ErrConfig = errors.New("orders: invalid configuration")
 
@@ -86,6 +114,7 @@ type Service struct {
 	locker   Locker
 	payments *payment.Service
 	fallback Fallback
+	codes    Codes
 
 	callbackSecret    []byte
 	callbackTolerance time.Duration
@@ -118,6 +147,19 @@ func WithFallback(f Fallback) Option {
 			return err
 		}
 		svc.fallback = f
+		return nil
+	}
+}
+
+// WithIdempotencyCodes sets the status codes of the idempotency conflicts
+// (default CodesSeed). Either way nothing is saved for them: a retry with
+// the same key still gets the request's real answer.
+func WithIdempotencyCodes(c Codes) Option {
+	return func(svc *Service) error {
+		if _, err := ParseCodes(string(c)); err != nil || c == "" {
+			return fmt.Errorf("%w: idempotency codes %q: want seed or ietf", ErrConfig, c)
+		}
+		svc.codes = c
 		return nil
 	}
 }
@@ -180,7 +222,7 @@ func New(st *store.Store, fencer Fencer, opts ...Option) (*Service, error) {
 	if st == nil || fencer == nil {
 		return nil, fmt.Errorf("%w: a store and a fencer are required", ErrConfig)
 	}
-	s := &Service{store: st, fencer: fencer, fallback: FallbackDB, retry: time.Second, attempts: 3,
+	s := &Service{store: st, fencer: fencer, fallback: FallbackDB, codes: CodesSeed, retry: time.Second, attempts: 3,
 		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		if err := o(s); err != nil {

@@ -33,6 +33,7 @@ type config struct {
 	databaseURL      string          // ORDERS_DATABASE_URL
 	jwtSecret        string          // ORDERS_JWT_SECRET
 	fallback         orders.Fallback // ORDERS_LOCK_FALLBACK
+	codes            orders.Codes    // ORDERS_IDEMPOTENCY_CODES
 	lockTTL          time.Duration   // ORDERS_LOCK_TTL
 	lockWait         time.Duration   // ORDERS_LOCK_WAIT
 	nodeTimeout      time.Duration   // ORDERS_NODE_TIMEOUT
@@ -133,6 +134,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	envDuration(fs, &errs, &c.jwtLifetime, "jwt-max-lifetime", "ORDERS_JWT_MAX_LIFETIME", auth.DefaultMaxLifetime, "refuse tokens whose exp is further away than this")
 	fs.StringVar(&c.paymentURL, "payment-url", env("ORDERS_PAYMENT_URL", ""), "base URL of the payment provider, e.g. http://127.0.0.1:8090 for fakepay (ORDERS_PAYMENT_URL)")
 	fallback := fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
+	codes := fs.String("idempotency-codes", env("ORDERS_IDEMPOTENCY_CODES", "seed"), "status codes of the idempotency conflicts: seed (202 while in flight, 409 for a reused key) or ietf (409 while in flight, 422 for a reused key) (ORDERS_IDEMPOTENCY_CODES)")
 	envDuration(fs, &errs, &c.lockTTL, "lock-ttl", "ORDERS_LOCK_TTL", 5*time.Second, "stock lock TTL")
 	envDuration(fs, &errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 2*time.Second, "longest wait for the stock lock")
 	envDuration(fs, &errs, &c.nodeTimeout, "node-timeout", "ORDERS_NODE_TIMEOUT", 0, "per-node Redis timeout of the lock (0: the lock's default)")
@@ -177,6 +179,12 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	f, err := orders.ParseFallback(*fallback)
 	errs = append(errs, err)
 	c.fallback = f
+	cs, err := orders.ParseCodes(*codes)
+	if err != nil {
+		err = fmt.Errorf("ORDERS_IDEMPOTENCY_CODES: %w", err)
+	}
+	errs = append(errs, err)
+	c.codes = cs
 	errs = append(errs, c.check())
 	return c, errors.Join(errs...)
 }

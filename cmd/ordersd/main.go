@@ -225,7 +225,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 		return err
 	}
 	svcOpts := []orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
-		orders.WithFallback(cfg.fallback), orders.WithPayments(payments),
+		orders.WithFallback(cfg.fallback), orders.WithIdempotencyCodes(cfg.codes), orders.WithPayments(payments),
 		orders.WithMetrics(metrics), orders.WithLogger(log)}
 	if cfg.callbackKey != "" {
 		svcOpts = append(svcOpts, orders.WithPaymentCallbacks([]byte(cfg.callbackKey), 0))

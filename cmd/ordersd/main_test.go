@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 )
 
@@ -28,6 +29,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("ORDERS_LOCK_FALLBACK", "reject")
 	t.Setenv("ORDERS_LOCK_TTL", "7s")
 	t.Setenv("ORDERS_REDIS_DURABLE", "true")
+	t.Setenv("ORDERS_IDEMPOTENCY_CODES", "ietf")
 	c, err := parseConfig(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +37,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.shutdownWait < c.idemLease || c.shutdownWait < c.payTimeout {
 		t.Fatalf("default shutdown wait %v is shorter than a handler can take", c.shutdownWait)
 	}
-	if len(c.redisAddrs) != 3 || c.fallback != "reject" || c.lockTTL != 7*time.Second || c.idemTTL != 24*time.Hour || !c.redisDurable {
+	if len(c.redisAddrs) != 3 || c.fallback != "reject" || c.lockTTL != 7*time.Second || c.idemTTL != 24*time.Hour || !c.redisDurable || c.codes != orders.CodesIETF {
 		t.Fatalf("config %+v", c)
 	}
 	// Flags win over the environment.
@@ -54,6 +56,7 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"no database":      {"ORDERS_DATABASE_URL", "", "ORDERS_DATABASE_URL"},
 		"short secret":     {"ORDERS_JWT_SECRET", "short", "ORDERS_JWT_SECRET"},
 		"bad fallback":     {"ORDERS_LOCK_FALLBACK", "maybe", "fallback"},
+		"bad codes":        {"ORDERS_IDEMPOTENCY_CODES", "rfc", "ORDERS_IDEMPOTENCY_CODES"},
 		"bad duration":     {"ORDERS_LOCK_TTL", "five", "ORDERS_LOCK_TTL"},
 		"zero ttl":         {"ORDERS_LOCK_TTL", "0s", "ORDERS_LOCK_TTL"},
 		"lease over ttl":   {"ORDERS_PROCESSING_LEASE", "48h", "ORDERS_PROCESSING_LEASE"},

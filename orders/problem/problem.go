@@ -70,6 +70,7 @@ const (
 	CodeInternal              = "internal_error"
 	CodeServiceUnavailable    = "service_unavailable"
 	CodeOutcomeUnknown        = "outcome_unknown"
+	CodeRequestInProgress     = "request_in_progress"
 )
 
 // Type URIs of the problems above.
@@ -85,6 +86,7 @@ const (
 	TypeInternal              = TypePrefix + "internal-error"
 	TypeServiceUnavailable    = TypePrefix + "service-unavailable"
 	TypeOutcomeUnknown        = TypePrefix + "outcome-unknown"
+	TypeRequestInProgress     = TypePrefix + "request-in-progress"
 )
 
 // reserved reports whether name is a member that extensions may not use.
@@ -317,6 +319,25 @@ func NotFound(detail string) Problem {
 func FingerprintMismatch() Problem {
 	return New(http.StatusConflict, CodeFingerprintMismatch, "Idempotency-Key reused",
 		"this Idempotency-Key was already used with a different request; use a new key for a new request")
+}
+
+// KeyReused is FingerprintMismatch as the IETF Idempotency-Key draft
+// answers it: 422 Unprocessable Content, with the same type and code.
+func KeyReused() Problem {
+	p := FingerprintMismatch()
+	p.Status = http.StatusUnprocessableEntity
+	return p
+}
+
+// RequestInProgress is a 409 for a request whose Idempotency-Key another
+// attempt is still processing, as the IETF Idempotency-Key draft answers
+// it. retryAfter is sent as Retry-After (whole seconds, rounded up, at
+// least 1).
+func RequestInProgress(retryAfter time.Duration) Problem {
+	p := New(http.StatusConflict, CodeRequestInProgress, "Request in progress",
+		"a request with this Idempotency-Key is still being processed; retry later with the same key")
+	p.Header = http.Header{"Retry-After": {RetryAfter(retryAfter)}}
+	return p
 }
 
 // OutOfStock is a 409 for a product that has fewer units available than the

@@ -57,6 +57,10 @@ func TestConstructorsShape(t *testing.T) {
 			problem.CodeServiceUnavailable, problem.TypeServiceUnavailable, nil, map[string]string{"Retry-After": "2"}},
 		{"outcome unknown", problem.OutcomeUnknown(3 * time.Second), 503,
 			problem.CodeOutcomeUnknown, problem.TypeOutcomeUnknown, nil, map[string]string{"Retry-After": "3"}},
+		{"key reused (IETF)", problem.KeyReused(), 422,
+			problem.CodeFingerprintMismatch, problem.TypeFingerprintMismatch, nil, nil},
+		{"request in progress (IETF)", problem.RequestInProgress(2500 * time.Millisecond), 409,
+			problem.CodeRequestInProgress, problem.TypeRequestInProgress, nil, map[string]string{"Retry-After": "3"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
