@@ -1,23 +1,36 @@
-// Command lockbench runs every lock contender side by side on the same Redis
-// nodes and prints medians and ratios.
+// Command lockbench runs every lock contender side by side, in one run, on
+// the same Redis nodes, through a set of scenarios, and prints one markdown
+// table per scenario (and optionally JSON and latency CDF plots).
 //
-// Contenders, each doing lock+unlock pairs on its own keys:
+// Contenders, built once per run on the same go-redis clients (one client
+// per node):
 //
 //	quorumlock          quorum.Locker over every node (Redlock, majority of N)
 //	quorumlock-noguard  the same with the amnesia guard off, to show its cost
 //	redsync             redsync over the same nodes (the reference Redlock client)
+//	redsync-failfast    the same with WithFailFast(true): it answers at a majority
 //	single-node         SET NX PX + compare-and-delete on the first node only
+//	floor               one parallel PING to every node: the network floor of a round
+//
+// Scenarios (-scenarios):
+//
+//	solo-N       no contention: N workers doing lock+unlock pairs on distinct keys
+//	hot-N-Hms    N workers contend for one key: acquire (waiting), hold H ms, unlock,
+//	             for -hot-duration; reports the acquire wait and fairness
+//	slow-node    the last node answers -slow-latency late (through the bed's proxy)
+//	node-down    the last node is frozen (SIGSTOP) for the scenario
 //
 // Rounds interleave the contenders (A B C, then B C A, ...) so a machine
 // whose speed drifts during the run shifts every contender alike. With no
 // -addrs, lockbench starts a test bed of -nodes masters (QUORUMLOCK_TESTBED
-// chooses the provider) and stops it afterwards. Traffic goes only to the
-// given addresses or to the bed it started.
+// chooses the provider) and stops it afterwards; the fault scenarios need
+// that bed and are skipped with -addrs. Traffic goes only to the given
+// addresses or to the bed it started, and every loop is bounded by an op
+// count, a duration or a context deadline.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,29 +38,30 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	rsredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
+// config is the parsed command line.
 type config struct {
-	addrs   []string
-	nodes   int
-	rounds  int
-	ops     int
-	workers int
-	ttl     time.Duration
-	fsync   string
-	timeout time.Duration
-	only    []string
+	addrs       []string
+	nodes       int
+	rounds      int
+	ops         int
+	ttl         time.Duration
+	fsync       string
+	timeout     time.Duration
+	only        []string
+	scenarios   []scenario
+	hotDuration time.Duration
+	opTimeout   time.Duration
+	faultBudget time.Duration
+	slowLatency time.Duration
+	jsonPath    string
+	plotPath    string
+	quiet       bool
 }
 
 func main() {
@@ -59,281 +73,120 @@ func main() {
 	}
 }
 
+// parse reads and validates the flags.
 func parse(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	addrs := fs.String("addrs", "", "comma-separated Redis masters (default: start a test bed)")
-	only := fs.String("only", "", "comma-separated contenders to run (default: all)")
+	only := fs.String("only", "", "comma-separated contenders to run (default: all): "+strings.Join(contenderNames, ", "))
+	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: solo-N, hot-N-Hms, slow-node, node-down")
 	fs.IntVar(&c.nodes, "nodes", 5, "masters in the bed started when -addrs is empty")
-	fs.IntVar(&c.rounds, "rounds", 5, "rounds; each runs every contender once")
-	fs.IntVar(&c.ops, "ops", 2000, "lock+unlock pairs per contender per round")
-	fs.IntVar(&c.workers, "workers", 8, "concurrent goroutines per contender")
+	fs.IntVar(&c.rounds, "rounds", 5, "rounds; each runs every contender once per scenario")
+	fs.IntVar(&c.ops, "ops", 2000, "lock+unlock pairs per contender per round in the solo and fault scenarios")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lock TTL")
 	fs.DurationVar(&c.timeout, "node-timeout", 0, "quorumlock per-node timeout (0: the library default)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed started when -addrs is empty: always, everysec or off")
+	fs.DurationVar(&c.hotDuration, "hot-duration", 2*time.Second, "length of one contender's round in the hot scenarios")
+	fs.DurationVar(&c.opTimeout, "op-timeout", 2*time.Second, "bound of one lock+unlock pair in the fault scenarios, and of one unlock in the hot ones")
+	fs.DurationVar(&c.faultBudget, "fault-budget", 5*time.Second, "a fault scenario's round of one contender starts no pair after this long")
+	fs.DurationVar(&c.slowLatency, "slow-latency", 20*time.Millisecond, "latency added to the last node in slow-node")
+	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")
+	fs.StringVar(&c.plotPath, "plot", "", "draw latency CDFs, one panel per scenario, into this PNG file")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar on stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
 	if *addrs != "" {
 		c.addrs = strings.Split(*addrs, ",")
+		if slices.Contains(c.addrs, "") {
+			return c, fmt.Errorf("-addrs %q: empty address", *addrs)
+		}
 	}
 	if *only != "" {
 		c.only = strings.Split(*only, ",")
+		for _, n := range c.only {
+			if !slices.Contains(contenderNames, n) {
+				return c, fmt.Errorf("-only: unknown contender %q: want some of %s", n, strings.Join(contenderNames, ", "))
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, name := range strings.Split(*scen, ",") {
+		sc, err := parseScenario(name)
+		if err != nil {
+			return c, fmt.Errorf("-scenarios: %w", err)
+		}
+		if seen[sc.name] {
+			return c, fmt.Errorf("-scenarios: %q given twice", sc.name)
+		}
+		seen[sc.name] = true
+		c.scenarios = append(c.scenarios, sc)
+	}
+	nodes := c.nodes
+	if len(c.addrs) > 0 {
+		nodes = len(c.addrs)
 	}
 	switch {
 	case c.rounds < 1 || c.rounds > 100:
 		return c, fmt.Errorf("-rounds %d: want 1..100", c.rounds)
 	case c.ops < 1 || c.ops > 1_000_000:
 		return c, fmt.Errorf("-ops %d: want 1..1000000", c.ops)
-	case c.workers < 1 || c.workers > 1024 || c.workers > c.ops:
-		return c, fmt.Errorf("-workers %d: want 1..min(1024, ops)", c.workers)
 	case c.nodes < 1 || c.nodes > 15:
 		return c, fmt.Errorf("-nodes %d: want 1..15", c.nodes)
+	case len(c.addrs) > 15:
+		return c, fmt.Errorf("-addrs: %d addresses: want at most 15", len(c.addrs))
 	case c.ttl < 100*time.Millisecond:
 		return c, fmt.Errorf("-ttl %v: want at least 100ms", c.ttl)
+	case c.timeout < 0:
+		return c, fmt.Errorf("-node-timeout %v: want 0 (the default) or more", c.timeout)
+	case c.hotDuration < 10*time.Millisecond || c.hotDuration > 10*time.Minute:
+		return c, fmt.Errorf("-hot-duration %v: want 10ms..10m", c.hotDuration)
+	case c.opTimeout < 10*time.Millisecond || c.opTimeout > time.Minute:
+		return c, fmt.Errorf("-op-timeout %v: want 10ms..1m", c.opTimeout)
+	case c.faultBudget < 100*time.Millisecond || c.faultBudget > 10*time.Minute:
+		return c, fmt.Errorf("-fault-budget %v: want 100ms..10m", c.faultBudget)
+	case c.slowLatency < time.Millisecond || c.slowLatency > time.Second:
+		return c, fmt.Errorf("-slow-latency %v: want 1ms..1s", c.slowLatency)
+	case c.plotPath != "" && !strings.HasSuffix(strings.ToLower(c.plotPath), ".png"):
+		return c, fmt.Errorf("-plot %q: want a .png file", c.plotPath)
+	}
+	for _, sc := range c.scenarios {
+		if sc.fault() && len(c.addrs) == 0 && nodes < 3 {
+			return c, fmt.Errorf("-scenarios %s: needs -nodes 3 or more (a majority must survive the faulty node)", sc.name)
+		}
 	}
 	return c, nil
 }
 
-// contender does one lock+unlock pair on key.
-type contender struct {
-	name string
-	pair func(ctx context.Context, key string) error
-}
-
-func contenders(clients []redis.UniversalClient, cfg config) ([]contender, error) {
-	ttl := cfg.ttl
-	opts := []quorum.Option{quorum.WithTTL(ttl)}
-	if cfg.timeout > 0 {
-		opts = append(opts, quorum.WithNodeTimeout(cfg.timeout))
-	}
-	l, err := quorum.New(clients, opts...)
-	if err != nil {
-		return nil, err
-	}
-	noGuard, err := quorum.New(clients, append(opts, quorum.WithAmnesiaGuard(false))...)
-	if err != nil {
-		return nil, err
-	}
-	pair := func(l *quorum.Locker) func(ctx context.Context, key string) error {
-		return func(ctx context.Context, key string) error {
-			lease, err := l.TryLock(ctx, key)
-			if err != nil {
-				return err
-			}
-			return lease.Unlock(ctx)
-		}
-	}
-	pools := make([]rsredis.Pool, len(clients))
-	for i, c := range clients {
-		pools[i] = goredis.NewPool(c)
-	}
-	rs := redsync.New(pools...)
-	single := newSingleNode(clients[0], ttl)
-	return []contender{
-		{"quorumlock", pair(l)},
-		{"quorumlock-noguard", pair(noGuard)},
-		{"redsync", func(ctx context.Context, key string) error {
-			m := rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
-			if err := m.LockContext(ctx); err != nil {
-				return err
-			}
-			ok, err := m.UnlockContext(ctx)
-			if err == nil && !ok {
-				err = errors.New("redsync: unlock not confirmed")
-			}
-			return err
-		}},
-		{"single-node", single.pair},
-	}, nil
-}
-
-// result is one contender's figures over every round.
-type result struct {
-	name       string
-	throughput []float64 // pairs per second, one per round
-	latencies  []time.Duration
-	errors     int
-	firstErr   error
-}
-
+// run parses args, runs the benchmark and writes the report to out.
 func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parse(args)
 	if err != nil {
 		return err
 	}
-	addrs := cfg.addrs
-	provider := "given addresses"
-	if len(addrs) == 0 {
-		bed, err := testbed.New(ctx, testbed.Options{Redis: cfg.nodes, AppendFsync: cfg.fsync})
-		if err != nil {
-			return err
-		}
-		defer bed.Close()
-		addrs = addrs[:0]
-		for _, n := range bed.Redis {
-			// Brand-new nodes never held a lock: let them vote at once.
-			a := n.Admin()
-			err := quorum.TrustNode(ctx, a)
-			_ = a.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", n.Name(), err)
-			}
-			addrs = append(addrs, n.DirectAddr())
-		}
-		provider = "test bed, " + bed.Provider + " provider, appendfsync " + cfg.fsync
-	}
-	clients := make([]redis.UniversalClient, len(addrs))
-	for i, a := range addrs {
-		o := testbed.ClientOptions(a)
-		o.PoolSize = cfg.workers * 2
-		clients[i] = redis.NewClient(o)
-	}
-	defer func() {
-		for _, c := range clients {
-			_ = c.Close()
-		}
-	}()
-	all, err := contenders(clients, cfg)
+	b, err := setUp(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	cs := all[:0:0]
-	for _, c := range all {
-		if len(cfg.only) == 0 || slices.Contains(cfg.only, c.name) {
-			cs = append(cs, c)
-		}
+	defer b.close()
+	res, err := b.runAll(ctx)
+	if err != nil {
+		return err
 	}
-	if len(cs) == 0 {
-		return fmt.Errorf("-only %v names no contender", cfg.only)
-	}
-	results := make([]*result, len(cs))
-	for i, c := range cs {
-		results[i] = &result{name: c.name}
-	}
-	// Warm up every contender (connections, script cache). A node given
-	// by -addrs that started less than one TTL ago counts toward no
-	// majority yet (quorumlock's restart guard), so the warm-up waits that
-	// out, bounded.
-	for i, c := range cs {
-		if err := warm(ctx, c, fmt.Sprintf("lockbench:warm:%d", i), 3*cfg.ttl); err != nil {
-			return fmt.Errorf("%s: warm-up: %w", c.name, err)
-		}
-	}
-	for round := 0; round < cfg.rounds; round++ {
-		for k := range cs {
-			i := (round + k) % len(cs)
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			tp, lat, nerr, ferr := measure(ctx, cs[i], round, cfg)
-			r := results[i]
-			r.throughput = append(r.throughput, tp)
-			r.latencies = append(r.latencies, lat...)
-			r.errors += nerr
-			if r.firstErr == nil && ferr != nil {
-				r.firstErr = ferr
-			}
-		}
-	}
-	report(out, cfg, len(addrs), provider, results)
-	return nil
-}
-
-func warm(ctx context.Context, c contender, key string, limit time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	for {
-		err := c.pair(ctx, key)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+	s := summarizeRun(res)
+	report(out, s)
+	if cfg.jsonPath != "" {
+		if err := writeJSON(cfg.jsonPath, s); err != nil {
 			return err
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// measure runs cfg.ops pairs of one contender over cfg.workers goroutines.
-func measure(ctx context.Context, c contender, round int, cfg config) (float64, []time.Duration, int, error) {
-	lat := make([]time.Duration, cfg.ops)
-	errs := make([]int, cfg.workers)
-	first := make([]error, cfg.workers)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := 0; w < cfg.workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < cfg.ops; i += cfg.workers {
-				key := fmt.Sprintf("lockbench:%s:%d:%d", c.name, round, i)
-				t := time.Now()
-				if err := c.pair(ctx, key); err != nil {
-					errs[w]++
-					if first[w] == nil {
-						first[w] = err
-					}
-				}
-				lat[i] = time.Since(t)
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	n := 0
-	for _, e := range errs {
-		n += e
-	}
-	return float64(cfg.ops) / elapsed.Seconds(), lat, n, errors.Join(first...)
-}
-
-func report(out io.Writer, cfg config, nodes int, provider string, rs []*result) {
-	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds x %d lock+unlock pairs, %d workers, ttl %v\n\n",
-		nodes, provider, cfg.rounds, cfg.ops, cfg.workers, cfg.ttl)
-	fmt.Fprintln(out, "| contender | median pairs/s | p50 latency | p99 latency | errors | throughput vs quorumlock |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
-	var base float64
-	for _, r := range rs {
-		if r.name == "quorumlock" {
-			base = median(r.throughput)
+	if cfg.plotPath != "" {
+		if err := writePlot(cfg.plotPath, s); err != nil {
+			return err
 		}
 	}
-	for _, r := range rs {
-		tp := median(r.throughput)
-		ratio := "n/a"
-		if base > 0 {
-			ratio = fmt.Sprintf("%.2fx", tp/base)
-		}
-		fmt.Fprintf(out, "| %s | %.0f | %v | %v | %d | %s |\n", r.name, tp,
-			percentile(r.latencies, 0.50).Round(time.Microsecond), percentile(r.latencies, 0.99).Round(time.Microsecond), r.errors, ratio)
-	}
-	for _, r := range rs {
-		if r.firstErr != nil {
-			fmt.Fprintf(out, "\n%s: first error of a round: %v\n", r.name, r.firstErr)
-		}
-	}
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(p * float64(len(s)-1))
-	return s[i]
+	return nil
 }

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +20,19 @@ import (
 
 func TestParseRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"-rounds", "0"}, {"-ops", "0"}, {"-workers", "0"}, {"-workers", "20", "-ops", "10"},
-		{"-nodes", "0"}, {"-ttl", "1ms"}, {"-bogus"},
+		{"-rounds", "0"}, {"-rounds", "101"}, {"-ops", "0"}, {"-nodes", "0"}, {"-nodes", "16"},
+		{"-ttl", "1ms"}, {"-bogus"}, {"-workers", "8"}, {"extra"},
+		{"-node-timeout", "-1s"},
+		{"-addrs", "127.0.0.1:1,,127.0.0.1:2"},
+		{"-only", "quorumlock,nope"},
+		{"-scenarios", "solo-0"}, {"-scenarios", "solo-1025"}, {"-scenarios", "solo-x"}, {"-scenarios", "solo-01"},
+		{"-scenarios", "hot-16"}, {"-scenarios", "hot-16-1s"}, {"-scenarios", "hot-16-1001ms"}, {"-scenarios", "hot-0-1ms"},
+		{"-scenarios", "bogus"}, {"-scenarios", ""}, {"-scenarios", "solo-1,solo-1"},
+		{"-hot-duration", "1ms"}, {"-op-timeout", "0"}, {"-fault-budget", "1ms"},
+		{"-slow-latency", "0"}, {"-slow-latency", "2s"},
+		{"-plot", "out.svg"},
+		// A fault scenario needs a majority that survives the faulty node.
+		{"-nodes", "2"}, {"-nodes", "1", "-scenarios", "node-down"},
 	} {
 		if _, err := parse(args); err == nil {
 			t.Errorf("parse(%q) accepted", args)
@@ -25,6 +41,165 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	c, err := parse([]string{"-addrs", "127.0.0.1:1,127.0.0.1:2", "-only", "redsync"})
 	if err != nil || len(c.addrs) != 2 || len(c.only) != 1 {
 		t.Fatalf("parse: %+v %v", c, err)
+	}
+	c, err = parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sc := range c.scenarios {
+		names = append(names, sc.name)
+	}
+	if !slices.Equal(names, defaultScenarios) {
+		t.Fatalf("default scenarios %q, want %q", names, defaultScenarios)
+	}
+	if _, err := parse([]string{"-nodes", "1", "-scenarios", "solo-1,hot-2-0ms"}); err != nil {
+		t.Fatalf("one node without fault scenarios: %v", err)
+	}
+}
+
+func TestParseScenario(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		kind    kind
+		workers int
+		hold    time.Duration
+	}{
+		{"solo-1", kindSolo, 1, 0},
+		{"solo-16", kindSolo, 16, 0},
+		{"hot-16-0ms", kindHot, 16, 0},
+		{"hot-64-1ms", kindHot, 64, time.Millisecond},
+		{"hot-2-250ms", kindHot, 2, 250 * time.Millisecond},
+		{"slow-node", kindSlowNode, 1, 0},
+		{"node-down", kindNodeDown, 1, 0},
+	} {
+		sc, err := parseScenario(tc.name)
+		if err != nil || sc.name != tc.name || sc.kind != tc.kind || sc.workers != tc.workers || sc.hold != tc.hold {
+			t.Errorf("parseScenario(%q) = %+v, %v", tc.name, sc, err)
+		}
+	}
+	if !(scenario{kind: kindNodeDown}).fault() || (scenario{kind: kindHot}).fault() {
+		t.Error("fault() is wrong")
+	}
+	waits := contender{wait: func(context.Context, string) (held, error) { return nothingHeld{}, nil }}
+	if !(scenario{kind: kindHot}).runs(waits) || (scenario{kind: kindHot}).runs(contender{}) || !(scenario{kind: kindSolo}).runs(contender{}) {
+		t.Error("runs() is wrong")
+	}
+}
+
+func ms(n ...int) []time.Duration {
+	ds := make([]time.Duration, len(n))
+	for i, x := range n {
+		ds[i] = time.Duration(x) * time.Millisecond
+	}
+	return ds
+}
+
+func TestPercentile(t *testing.T) {
+	if got := percentile(nil, 0.5); got != 0 {
+		t.Fatalf("empty: %v", got)
+	}
+	one := ms(7)
+	for _, p := range []float64{0, 0.5, 0.999, 1} {
+		if got := percentile(one, p); got != 7*time.Millisecond {
+			t.Fatalf("one sample, p%v: %v", p, got)
+		}
+	}
+	// 1..1000 ms, shuffled: nearest rank gives exactly the p*n-th value.
+	var ds []time.Duration
+	for i := 1000; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	orig := slices.Clone(ds)
+	for p, want := range map[float64]time.Duration{0: 1, 0.5: 500, 0.99: 990, 0.999: 999, 1: 1000} {
+		if got := percentile(ds, p); got != want*time.Millisecond {
+			t.Errorf("p%v = %v, want %vms", p, got, int64(want))
+		}
+	}
+	if !slices.Equal(ds, orig) {
+		t.Fatal("percentile modified its input")
+	}
+	// Ten samples: p99 and p99.9 are the largest, p50 the fifth.
+	ten := ms(10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+	s := summarize(ten)
+	if s.Count != 10 || s.P50ns != int64(5*time.Millisecond) || s.P99ns != int64(10*time.Millisecond) ||
+		s.P999ns != int64(10*time.Millisecond) || s.MaxNs != int64(10*time.Millisecond) {
+		t.Fatalf("summarize: %+v", s)
+	}
+	if (summarize(nil) != latencyStats{}) {
+		t.Fatal("summarize(nil) not zero")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		in := slices.Clone(tc.xs)
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+		if !slices.Equal(in, tc.xs) {
+			t.Errorf("median modified %v", in)
+		}
+	}
+}
+
+func TestMinShare(t *testing.T) {
+	for _, tc := range []struct {
+		counts []int
+		want   float64
+	}{
+		{nil, 0}, {[]int{0, 0}, 0}, {[]int{5}, 1}, {[]int{10, 10, 10}, 1},
+		{[]int{0, 10}, 0}, {[]int{5, 15}, 0.5}, {[]int{2, 4, 6}, 0.5},
+	} {
+		if got := minShare(tc.counts); got != tc.want {
+			t.Errorf("minShare(%v) = %v, want %v", tc.counts, got, tc.want)
+		}
+	}
+	if ratio(1, 0) != 0 || ratio(3, 2) != 1.5 {
+		t.Fatal("ratio")
+	}
+}
+
+// TestPlotEdgeCases draws panels a log axis could choke on: one where
+// nothing succeeded, one where every sample is the same.
+func TestPlotEdgeCases(t *testing.T) {
+	s := runJSON{Scenarios: []scenarioJSON{
+		{Name: "node-down", Kind: kindNodeDown.String(), raw: []*scenarioCurve{{name: nameFloor}}},
+		{Name: "solo-1", Kind: kindSolo.String(), raw: []*scenarioCurve{{name: nameQuorum, fault: ms(1, 1, 1)}}},
+		{Name: "hot-2-0ms", Kind: kindHot.String(), raw: []*scenarioCurve{{name: nameRedsync, fault: []time.Duration{1}}}},
+	}}
+	path := filepath.Join(t.TempDir(), "p.png")
+	if err := writePlot(path, s); err != nil {
+		t.Fatal(err)
+	}
+	checkPNG(t, path)
+	xys := cdf(ms(3, 1, 2))
+	if len(xys) != 3 || xys[0].X != 1 || xys[2].X != 3 || xys[2].Y != 1 {
+		t.Fatalf("cdf: %v", xys)
+	}
+	var many []time.Duration
+	for i := range 5000 {
+		many = append(many, time.Duration(i+1)*time.Microsecond)
+	}
+	xys = cdf(many)
+	if len(xys) != cdfPoints || xys[len(xys)-1].X != 5 || xys[len(xys)-1].Y != 1 {
+		t.Fatalf("cdf of many: %d points, last %v", len(xys), xys[len(xys)-1])
+	}
+}
+
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) || len(b) < 1000 {
+		t.Fatalf("%s is not a PNG (%d bytes)", path, len(b))
 	}
 }
 
@@ -48,6 +223,10 @@ func TestSingleNodeScript(t *testing.T) {
 	if err := s.pair(ctx, "k"); !errors.Is(err, errHeld) {
 		t.Fatalf("held key: got %v, want errHeld", err)
 	}
+	// The waiting lock gives up within its bound while the key stays held.
+	if _, err := s.lock(ctx, "k", 50*time.Millisecond); !errors.Is(err, errHeld) {
+		t.Fatalf("waiting lock on a held key: got %v, want errHeld", err)
+	}
 	n, err := s.unlock.Run(ctx, c, []string{"k"}, "not-the-owner").Int()
 	if err != nil || n != 0 {
 		t.Fatalf("foreign unlock: %d %v", n, err)
@@ -60,14 +239,38 @@ func TestSingleNodeScript(t *testing.T) {
 	}
 }
 
-// TestRunSideBySide runs every contender once on a small bed and checks
-// the report names each of them with no errors. The bed fsyncs every
+// tableRows returns the markdown rows of the table under the heading that
+// starts with "### name:", keyed by contender.
+func tableRows(t *testing.T, out, name string) map[string][]string {
+	t.Helper()
+	_, after, ok := strings.Cut(out, "### "+name+":")
+	if !ok {
+		t.Fatalf("no table for %s in:\n%s", name, out)
+	}
+	if i := strings.Index(after, "\n### "); i >= 0 {
+		after = after[:i]
+	}
+	rows := map[string][]string{}
+	for _, l := range strings.Split(after, "\n") {
+		if !strings.HasPrefix(l, "| ") || strings.HasPrefix(l, "| contender") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		rows[cells[0]] = cells
+	}
+	return rows
+}
+
+// TestRunGivenAddrs runs lockbench on a bed given by -addrs: the
+// contenders run on those nodes, and the fault scenarios, which need a bed
+// lockbench started itself, are skipped with a note. The bed fsyncs every
 // second and the TTL and node timeout are generous, so that every
 // contender's per-node timeouts (a fraction of the TTL for redsync) hold
 // on a loaded machine: any error in the report is a real one.
-func TestRunSideBySide(t *testing.T) {
+func TestRunGivenAddrs(t *testing.T) {
 	bed := testbed.Start(t, testbed.Options{Redis: 3, AppendFsync: testbed.FsyncEverySec})
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	for _, n := range bed.Redis {
 		a := n.Admin()
 		err := quorum.TrustNode(ctx, a)
@@ -77,20 +280,123 @@ func TestRunSideBySide(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-rounds", "1", "-ops", "20", "-workers", "2",
-		"-ttl", "20s", "-node-timeout", "2s"}, &out)
+	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-rounds", "1", "-ops", "20",
+		"-scenarios", "solo-2,node-down", "-ttl", "20s", "-node-timeout", "2s", "-quiet"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"| quorumlock |", "| quorumlock-noguard |", "| redsync |", "| single-node |"} {
-		line := ""
-		for _, l := range strings.Split(out.String(), "\n") {
-			if strings.HasPrefix(l, name) {
-				line = l
-			}
-		}
-		if line == "" || !strings.Contains(line, "| 0 |") {
+	rows := tableRows(t, out.String(), "solo-2")
+	for _, name := range contenderNames {
+		r, ok := rows[name]
+		if !ok || r[8] != "0" {
 			t.Fatalf("contender %s missing or with errors in:\n%s", name, out.String())
 		}
 	}
+	if !strings.Contains(out.String(), "note: node-down skipped") || strings.Contains(out.String(), "### node-down") {
+		t.Fatalf("node-down not skipped with a note:\n%s", out.String())
+	}
+}
+
+// TestRunEndToEnd runs lockbench as a user would, with the bed it starts
+// itself (the local provider unless QUORUMLOCK_TESTBED says otherwise),
+// through an uncontended, a contended and a fault scenario, and checks
+// that the tables, the JSON and the plot hold every contender, with no
+// error (the TTL and node timeout are generous, as in TestRunGivenAddrs).
+func TestRunEndToEnd(t *testing.T) {
+	if os.Getenv(testbed.EnvProvider) == "" {
+		t.Setenv(testbed.EnvProvider, testbed.ProviderLocal)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	jsonPath, plotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
+	var out strings.Builder
+	err := run(ctx, []string{"-rounds", "1", "-ops", "20", "-hot-duration", "200ms",
+		"-scenarios", "solo-1,hot-16-0ms,slow-node", "-ttl", "20s", "-node-timeout", "2s",
+		"-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := out.String()
+	// Column of the errors in each kind of table.
+	for scen, errCol := range map[string]int{"solo-1": 8, "hot-16-0ms": 9, "slow-node": 8} {
+		rows := tableRows(t, report, scen)
+		for _, name := range contenderNames {
+			r, ok := rows[name]
+			if scen == "hot-16-0ms" && name == nameFloor {
+				if ok {
+					t.Errorf("floor ran the hot scenario")
+				}
+				continue
+			}
+			if !ok || r[errCol] != "0" {
+				t.Errorf("%s: contender %s missing or with errors", scen, name)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("report:\n%s", report)
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Nodes     int
+		Scenarios []struct {
+			Name       string
+			Kind       string
+			Skipped    []string
+			Contenders []struct {
+				Name               string
+				ThroughputPerRound []float64 `json:"throughput_per_round"`
+				Ops, Errors        int
+				AllocsPerOp        float64      `json:"allocs_per_op"`
+				Acquire            latencyStats `json:"acquire"`
+				Pair               latencyStats `json:"pair"`
+				MinShare           *float64     `json:"min_share"`
+				Baseline           *struct {
+					Pair latencyStats
+				}
+				PairP50VsBaseline *float64 `json:"pair_p50_vs_baseline"`
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, b)
+	}
+	if got.Nodes != 5 || len(got.Scenarios) != 3 {
+		t.Fatalf("JSON: %d nodes, %d scenarios", got.Nodes, len(got.Scenarios))
+	}
+	for _, sc := range got.Scenarios {
+		var names []string
+		for _, c := range sc.Contenders {
+			names = append(names, c.Name)
+			bad := len(c.ThroughputPerRound) != 1 || c.ThroughputPerRound[0] <= 0 || c.Ops == 0 || c.Errors != 0 ||
+				c.AllocsPerOp <= 0 || c.Pair.P50ns <= 0 || c.Pair.P999ns < c.Pair.P50ns
+			switch sc.Kind {
+			case "hot":
+				bad = bad || c.MinShare == nil
+			case "slow-node":
+				bad = bad || c.Baseline == nil || c.Baseline.Pair.P50ns <= 0 || c.PairP50VsBaseline == nil
+			default:
+				bad = bad || c.Ops != 20
+			}
+			if bad {
+				t.Errorf("JSON: %s %s: %+v", sc.Name, c.Name, c)
+			}
+		}
+		want := contenderNames
+		if sc.Kind == "hot" {
+			want = slices.DeleteFunc(slices.Clone(contenderNames), func(n string) bool { return n == nameFloor })
+			if !slices.Equal(sc.Skipped, []string{nameFloor}) {
+				t.Errorf("JSON: %s skipped %q", sc.Name, sc.Skipped)
+			}
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("JSON: %s has contenders %q, want %q", sc.Name, names, want)
+		}
+	}
+	checkPNG(t, plotPath)
 }

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// sample is what one contender did in one measured run: successful pairs
+// (acquisitions, in a contended run) with their latencies, and the errors
+// apart. Latencies and throughput count successful pairs only.
+type sample struct {
+	ok        int
+	errors    int
+	firstErr  error
+	elapsed   time.Duration
+	acquire   []time.Duration // time to acquire (in a contended run: the wait)
+	pair      []time.Duration // acquire + hold + unlock
+	perWorker []int           // successful pairs per worker
+	mallocs   uint64          // heap allocations during the run, process-wide
+}
+
+// throughput is successful pairs per second.
+func (s sample) throughput() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(s.ok) / s.elapsed.Seconds()
+}
+
+// workerLog is one worker's share of a sample; each worker writes only
+// its own.
+type workerLog struct {
+	acquire, pair []time.Duration
+	ok, errors    int
+	first         error
+}
+
+// fail counts an error, keeping the first.
+func (l *workerLog) fail(err error) {
+	l.errors++
+	if l.first == nil {
+		l.first = err
+	}
+}
+
+// success records one successful pair.
+func (l *workerLog) success(acquire, pair time.Duration) {
+	l.ok++
+	l.acquire = append(l.acquire, acquire)
+	l.pair = append(l.pair, pair)
+}
+
+// merge folds the workers' logs into s.
+func (s *sample) merge(logs []workerLog) {
+	firsts := make([]error, 0, len(logs))
+	for _, l := range logs {
+		s.ok += l.ok
+		s.errors += l.errors
+		s.acquire = append(s.acquire, l.acquire...)
+		s.pair = append(s.pair, l.pair...)
+		s.perWorker = append(s.perWorker, l.ok)
+		if l.first != nil {
+			firsts = append(firsts, l.first)
+		}
+	}
+	if len(firsts) > 0 {
+		s.firstErr = firsts[0]
+	}
+}
+
+// newLogs returns one log per worker with room for perWorker pairs.
+func newLogs(workers, perWorker int) []workerLog {
+	logs := make([]workerLog, workers)
+	for w := range logs {
+		logs[w].acquire = make([]time.Duration, 0, perWorker)
+		logs[w].pair = make([]time.Duration, 0, perWorker)
+	}
+	return logs
+}
+
+// mallocs reads the process's count of heap allocations so far. It stops
+// the world briefly: call it only outside the timed part.
+func mallocs() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.Mallocs
+}
+
+// measureSolo does one uncontended lock+unlock pair (try, then unlock) on
+// each of keys, spread over workers goroutines. With opTimeout > 0 each
+// pair runs under its own deadline; with budget > 0 no pair starts once
+// budget has passed. It returns when every worker is done.
+func measureSolo(ctx context.Context, c contender, keys []string, workers int, opTimeout, budget time.Duration) sample {
+	logs := newLogs(workers, len(keys)/workers+1)
+	var wg sync.WaitGroup
+	m0 := mallocs()
+	start := time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := &logs[w]
+			for i := w; i < len(keys); i += workers {
+				if ctx.Err() != nil || (budget > 0 && time.Since(start) > budget) {
+					return
+				}
+				onePair(ctx, c, keys[i], opTimeout, l)
+			}
+		}()
+	}
+	wg.Wait()
+	s := sample{elapsed: time.Since(start)}
+	s.mallocs = mallocs() - m0
+	s.merge(logs)
+	return s
+}
+
+// onePair does one try+unlock on key and logs it.
+func onePair(ctx context.Context, c contender, key string, opTimeout time.Duration, l *workerLog) {
+	if opTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+	}
+	t := time.Now()
+	h, err := c.try(ctx, key)
+	if err != nil {
+		l.fail(err)
+		return
+	}
+	acquired := time.Since(t)
+	if err := h.Unlock(ctx); err != nil {
+		l.fail(err)
+		return
+	}
+	l.success(acquired, time.Since(t))
+}
+
+// measureHot has workers goroutines contend for key for duration: each
+// loops acquire (waiting, with the contender's own retries), hold, unlock.
+// A wait the end of the round interrupts counts as nothing; a wait that
+// fails before it counts as an error. Each unlock runs under opTimeout.
+func measureHot(ctx context.Context, c contender, key string, workers int, hold, duration, opTimeout time.Duration) sample {
+	end := time.Now().Add(duration)
+	round, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	logs := newLogs(workers, 64)
+	var wg sync.WaitGroup
+	m0 := mallocs()
+	start := time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := &logs[w]
+			for round.Err() == nil {
+				t := time.Now()
+				h, err := c.wait(round, key)
+				if err != nil {
+					// A request cut by the round's deadline can fail
+					// (an i/o timeout) a moment before the context
+					// reports that it ended.
+					if round.Err() != nil || !time.Now().Before(end) {
+						return
+					}
+					l.fail(err)
+					continue
+				}
+				waited := time.Since(t)
+				if hold > 0 {
+					time.Sleep(hold)
+				}
+				if err := unlockWithin(ctx, h, opTimeout); err != nil {
+					l.fail(err)
+					continue
+				}
+				l.success(waited, time.Since(t))
+			}
+		}()
+	}
+	wg.Wait()
+	s := sample{elapsed: time.Since(start)}
+	s.mallocs = mallocs() - m0
+	s.merge(logs)
+	return s
+}
+
+// unlockWithin releases h under a deadline of d from now. It uses ctx, not
+// the round's context: a lease acquired just before the round ended is
+// still released.
+func unlockWithin(ctx context.Context, h held, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return h.Unlock(ctx)
+}
+
+// warm runs lock+unlock pairs of c on key until one succeeds, retrying
+// every 100ms within limit. It opens connections and loads scripts; and a
+// node given by -addrs that started less than one TTL ago counts toward no
+// majority yet (quorumlock's restart guard), which it waits out.
+func warm(ctx context.Context, c contender, key string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		h, err := c.try(ctx, key)
+		if err == nil {
+			err = h.Unlock(ctx)
+		}
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// runJSON is every figure of a run, as -json writes it. Durations are in
+// nanoseconds.
+type runJSON struct {
+	Nodes     int            `json:"nodes"`
+	Provider  string         `json:"provider"`
+	RunID     string         `json:"run_id"`
+	Config    configJSON     `json:"config"`
+	Scenarios []scenarioJSON `json:"scenarios"`
+	Notes     []string       `json:"notes,omitempty"`
+	cfg       config
+}
+
+// configJSON is the part of the command line that shapes the figures.
+type configJSON struct {
+	Addrs         []string `json:"addrs,omitempty"`
+	Fsync         string   `json:"fsync,omitempty"`
+	Rounds        int      `json:"rounds"`
+	Ops           int      `json:"ops"`
+	TTLns         int64    `json:"ttl_ns"`
+	NodeTimeoutNs int64    `json:"node_timeout_ns"`
+	HotDurationNs int64    `json:"hot_duration_ns"`
+	OpTimeoutNs   int64    `json:"op_timeout_ns"`
+	FaultBudgetNs int64    `json:"fault_budget_ns"`
+	SlowLatencyNs int64    `json:"slow_latency_ns"`
+}
+
+// scenarioJSON is one scenario's figures, one entry per contender.
+type scenarioJSON struct {
+	Name       string           `json:"name"`
+	Kind       string           `json:"kind"`
+	Workers    int              `json:"workers"`
+	HoldNs     int64            `json:"hold_ns"`
+	FaultNode  string           `json:"fault_node,omitempty"`
+	Contenders []contenderJSON  `json:"contenders"`
+	Skipped    []string         `json:"skipped,omitempty"`
+	raw        []*scenarioCurve // for the plot
+}
+
+// contenderJSON is one contender's figures in one scenario. Ops and
+// latencies count successful pairs (acquisitions in a hot scenario);
+// errors are counted apart. AllocsPerOp is the process-wide heap
+// allocation count over the contender's measured runs divided by its
+// attempted pairs.
+type contenderJSON struct {
+	Name               string         `json:"name"`
+	ThroughputPerRound []float64      `json:"throughput_per_round"`
+	MedianThroughput   float64        `json:"median_throughput"`
+	Ops                int            `json:"ops"`
+	Errors             int            `json:"errors"`
+	FirstError         string         `json:"first_error,omitempty"`
+	AllocsPerOp        float64        `json:"allocs_per_op"`
+	Acquire            latencyStats   `json:"acquire"`
+	Pair               latencyStats   `json:"pair"`
+	MinShare           *float64       `json:"min_share,omitempty"`
+	MinSharePerRound   []float64      `json:"min_share_per_round,omitempty"`
+	PerWorker          [][]int        `json:"acquisitions_per_worker,omitempty"`
+	VsRedsync          *float64       `json:"throughput_vs_redsync,omitempty"`
+	VsQuorumlock       *float64       `json:"throughput_vs_quorumlock,omitempty"`
+	Baseline           *contenderJSON `json:"baseline,omitempty"`
+	PairP50VsBaseline  *float64       `json:"pair_p50_vs_baseline,omitempty"`
+}
+
+// scenarioCurve is the latencies one plot line is drawn from.
+type scenarioCurve struct {
+	name     string
+	fault    []time.Duration // the scenario's latencies
+	baseline []time.Duration // fault scenarios: without the fault
+}
+
+// summarizeRun computes every reported figure from the raw results.
+func summarizeRun(res *results) runJSON {
+	c := res.cfg
+	out := runJSON{
+		Nodes: res.nodes, Provider: res.provider, RunID: res.runID, Notes: res.notes, cfg: c,
+		Config: configJSON{
+			Addrs: c.addrs, Rounds: c.rounds, Ops: c.ops, TTLns: int64(c.ttl), NodeTimeoutNs: int64(c.timeout),
+			HotDurationNs: int64(c.hotDuration), OpTimeoutNs: int64(c.opTimeout), FaultBudgetNs: int64(c.faultBudget),
+			SlowLatencyNs: int64(c.slowLatency),
+		},
+		Scenarios: []scenarioJSON{},
+	}
+	if len(c.addrs) == 0 {
+		out.Config.Fsync = c.fsync
+	}
+	for _, r := range res.runs {
+		sj := scenarioJSON{Name: r.sc.name, Kind: r.sc.kind.String(), Workers: r.sc.workers, HoldNs: int64(r.sc.hold), Skipped: r.skipped}
+		if r.sc.fault() {
+			sj.FaultNode = res.faultNode
+		}
+		for i, t := range r.tallies {
+			cj := contenderFigures(t, r.sc.kind == kindHot)
+			curve := &scenarioCurve{name: t.name, fault: t.pair}
+			if r.sc.kind == kindHot {
+				curve.fault = t.acquire
+			}
+			if r.baselines != nil {
+				b := contenderFigures(r.baselines[i], false)
+				cj.Baseline = &b
+				if b.Pair.Count > 0 && cj.Pair.Count > 0 {
+					cj.PairP50VsBaseline = ptr(ratio(float64(cj.Pair.P50ns), float64(b.Pair.P50ns)))
+				}
+				curve.baseline = r.baselines[i].pair
+			}
+			sj.Contenders = append(sj.Contenders, cj)
+			sj.raw = append(sj.raw, curve)
+		}
+		for i := range sj.Contenders {
+			for _, ref := range sj.Contenders {
+				if ref.MedianThroughput <= 0 {
+					continue
+				}
+				x := ptr(ratio(sj.Contenders[i].MedianThroughput, ref.MedianThroughput))
+				switch ref.Name {
+				case nameRedsync:
+					sj.Contenders[i].VsRedsync = x
+				case nameQuorum:
+					sj.Contenders[i].VsQuorumlock = x
+				}
+			}
+		}
+		out.Scenarios = append(out.Scenarios, sj)
+	}
+	return out
+}
+
+// contenderFigures summarises one tally.
+func contenderFigures(t *tally, hot bool) contenderJSON {
+	cj := contenderJSON{
+		Name: t.name, ThroughputPerRound: t.throughput, MedianThroughput: median(t.throughput),
+		Ops: t.ok, Errors: t.errors, Acquire: summarize(t.acquire), Pair: summarize(t.pair),
+	}
+	if cj.ThroughputPerRound == nil {
+		cj.ThroughputPerRound = []float64{}
+	}
+	if t.firstErr != nil {
+		cj.FirstError = t.firstErr.Error()
+	}
+	if n := t.ok + t.errors; n > 0 {
+		cj.AllocsPerOp = float64(t.mallocs) / float64(n)
+	}
+	if hot {
+		cj.MinShare = ptr(median(t.shares))
+		cj.MinSharePerRound = t.shares
+		cj.PerWorker = t.perWorker
+	}
+	return cj
+}
+
+// ptr returns a pointer to a copy of v (for the optional JSON fields).
+func ptr[T any](v T) *T { return &v }
+
+// writeJSON writes the run's figures to path.
+func writeJSON(path string, s runJSON) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("-json: %w", err)
+	}
+	return nil
+}
+
+// report prints one markdown table per scenario.
+func report(out io.Writer, s runJSON) {
+	c := s.cfg
+	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds, %d pairs per round (solo and fault scenarios), %v per round (hot), ttl %v\n",
+		s.Nodes, s.Provider, c.rounds, c.ops, c.hotDuration, c.ttl)
+	fmt.Fprintln(out, "ops/s: median over rounds of successful pairs per second; latencies over every successful pair of every round;")
+	fmt.Fprintln(out, "allocs/op: heap allocations of the whole process during the contender's runs (in fault scenarios, the bed's in-process proxy included) per attempted pair.")
+	for _, sj := range s.Scenarios {
+		fmt.Fprintf(out, "\n### %s: %s\n\n", sj.Name, describe(sj, c))
+		switch sj.Kind {
+		case kindHot.String():
+			fmt.Fprintln(out, "| contender | acquisitions/s | wait p50 | wait p99 | wait p99.9 | pair p50 | pair p99 | pair p99.9 | min share | errors | allocs/op | vs redsync | vs quorumlock |")
+			fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		case kindSolo.String():
+			fmt.Fprintln(out, "| contender | ops/s | acquire p50 | acquire p99 | acquire p99.9 | pair p50 | pair p99 | pair p99.9 | errors | allocs/op | vs redsync | vs quorumlock |")
+			fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		default:
+			fmt.Fprintln(out, "| contender | ops/s | acquire p50 | acquire p99 | acquire p99.9 | pair p50 | pair p99 | pair p99.9 | errors | allocs/op | pair p50 without fault | with / without | vs redsync | vs quorumlock |")
+			fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		}
+		for _, cj := range sj.Contenders {
+			cells := []string{cj.Name, fmt.Sprintf("%.0f", cj.MedianThroughput),
+				fmtLatency(cj.Acquire.P50ns, cj.Acquire.Count), fmtLatency(cj.Acquire.P99ns, cj.Acquire.Count), fmtLatency(cj.Acquire.P999ns, cj.Acquire.Count),
+				fmtLatency(cj.Pair.P50ns, cj.Pair.Count), fmtLatency(cj.Pair.P99ns, cj.Pair.Count), fmtLatency(cj.Pair.P999ns, cj.Pair.Count)}
+			if cj.MinShare != nil {
+				cells = append(cells, fmt.Sprintf("%.2f", *cj.MinShare))
+			}
+			cells = append(cells, fmt.Sprint(cj.Errors), fmt.Sprintf("%.0f", cj.AllocsPerOp))
+			if cj.Baseline != nil {
+				cells = append(cells, fmtLatency(cj.Baseline.Pair.P50ns, cj.Baseline.Pair.Count), fmtRatio(cj.PairP50VsBaseline))
+			}
+			cells = append(cells, fmtRatio(cj.VsRedsync), fmtRatio(cj.VsQuorumlock))
+			fmt.Fprintf(out, "| %s |\n", strings.Join(cells, " | "))
+		}
+		if len(sj.Skipped) > 0 {
+			fmt.Fprintf(out, "\nnot run (cannot wait for a held key): %s\n", strings.Join(sj.Skipped, ", "))
+		}
+		for _, cj := range sj.Contenders {
+			if cj.FirstError != "" {
+				fmt.Fprintf(out, "\n%s: first error: %s\n", cj.Name, cj.FirstError)
+			}
+			if cj.Baseline != nil && cj.Baseline.FirstError != "" {
+				fmt.Fprintf(out, "\n%s (without fault): first error: %s\n", cj.Name, cj.Baseline.FirstError)
+			}
+		}
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintf(out, "\nnote: %s\n", n)
+	}
+}
+
+// describe is the one-line subtitle of a scenario's table.
+func describe(sj scenarioJSON, c config) string {
+	switch sj.Kind {
+	case kindSolo.String():
+		return fmt.Sprintf("no contention, %d worker(s), distinct keys, %d pairs per round", sj.Workers, c.ops)
+	case kindHot.String():
+		return fmt.Sprintf("%d workers on one key, acquire (waiting) + hold %v + unlock, %v per round", sj.Workers, time.Duration(sj.HoldNs), c.hotDuration)
+	case kindSlowNode.String():
+		return fmt.Sprintf("%s answers %v late (bed proxy), 1 worker, up to %d pairs or %v per round, through the proxies", sj.FaultNode, c.slowLatency, c.ops, c.faultBudget)
+	default:
+		return fmt.Sprintf("%s frozen (SIGSTOP), 1 worker, up to %d pairs or %v per round, each pair within %v, through the proxies", sj.FaultNode, c.ops, c.faultBudget, c.opTimeout)
+	}
+}
+
+// fmtLatency prints a latency in ns to a useful precision, or "-" when
+// there were no samples.
+func fmtLatency(ns int64, count int) string {
+	if count == 0 {
+		return "-"
+	}
+	d := time.Duration(ns)
+	switch {
+	case d >= 100*time.Millisecond:
+		d = d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(10 * time.Microsecond)
+	default:
+		d = d.Round(time.Microsecond)
+	}
+	return d.String()
+}
+
+// fmtRatio prints a ratio as "1.07x", or "n/a" when there is none.
+func fmtRatio(r *float64) string {
+	if r == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", *r)
+}
