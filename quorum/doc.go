@@ -3,6 +3,7 @@
 // embedded in services.
 //
 //	l, err := quorum.New(clients, quorum.WithTTL(10*time.Second))
+//	defer l.Close()
 //	lease, err := l.Lock(ctx, "stock:42")
 //	if err != nil { ... }
 //	defer lease.Unlock(context.WithoutCancel(ctx))
@@ -30,8 +31,13 @@
 // granted the key after the vote was decided is released as soon as its
 // answer arrives), so Lock returns at the verdict; then it retries after a
 // full-jitter exponential backoff, within WithRetry, WithMaxWait and the
-// context. A cancelled context returns an error wrapping the context's
-// error. The acquire script answers "ours" when the key already holds the
+// context. A Lock that found the key held does not only sleep: every node
+// announces a release on a Pub/Sub channel of the key
+// (ReleaseChannelPrefix + key), the waiter subscribes to it, and the
+// announcement ends its backoff at once; waiters of one Locker are served
+// oldest first, and the backoff stays as the fallback for a lost message
+// or a holder that does not announce (redsync). A cancelled context
+// returns an error wrapping the context's error. The acquire script answers "ours" when the key already holds the
 // token, so a client that retried it after a lost answer counts the vote.
 //
 // Extend runs compare-and-pexpire on every node and succeeds only if a
@@ -44,7 +50,16 @@
 // that answered that the token is gone ends it (ErrLeaseLost). The keys are
 // used verbatim with the token as the plain value, so other Redlock clients
 // on the same nodes and keys (such as redsync) exclude and are excluded by
-// this package. One fan-out (fanout.go) serves every operation.
+// this package.
+//
+// Unlock returns as soon as a majority confirmed the release (the key is
+// then free for the next owner); the other nodes are released in the
+// background, and Close waits for them. One fan-out (fanout.go) serves
+// every operation, and one worker per node (worker.go) sends that node's
+// requests in order: a request leaves only after the node's earlier ones
+// returned, so a release never overtakes the same lease's late SET, and
+// the requests of concurrent callers that arrive while a batch is out
+// leave together as one pipeline.
 //
 // N should be odd: 2f+1 nodes tolerate f failed nodes, and an even N
 // tolerates no more than N-1 would. The nodes must be independent masters:

@@ -2,6 +2,8 @@ package quorum
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -9,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // nodeResult is one node's answer to one request.
@@ -20,11 +20,10 @@ type nodeResult struct {
 	err  error
 }
 
-// call is one script run on a set of nodes at once, each request in its own
-// goroutine under a shared deadline. Answers arrive on results, which is
-// buffered so that no goroutine ever blocks on it; done is closed when every
-// request has returned. Each goroutine reports its own error to the
-// Observer, so a node that fails after the vote was decided is still seen.
+// call is one script run on a set of nodes at once: one request to each
+// node's worker (see nodeWorker), all under a shared deadline. Answers
+// arrive on results, which is buffered so that no worker ever blocks on
+// it; the call's context is cancelled when every request has returned.
 //
 // Every operation (acquire, extend, unlock, release) goes through fanOut
 // and collect: this is the only place that talks to the nodes.
@@ -36,42 +35,66 @@ type call struct {
 	cancel   context.CancelFunc
 	deadline time.Time
 	timeout  time.Duration // from the start to the deadline
-	script   *redis.Script
-	keys     []string
-	args     []any
-	n        int   // requests sent
-	targets  []int // the nodes asked; nil means every node
+	script   *luaScript
+	key      string // the lock key (the script's first key)
+	cmdArgs  []any  // EVALSHA sha numkeys keys... args...: built once, sent to every node
+	n        int    // requests sent
+	targets  []int  // the nodes asked; nil means every node
 	results  chan nodeResult
-	done     chan struct{}
 	left     atomic.Int32
 	wg       *sync.WaitGroup
+
+	// record, when set, sees every answer as it arrives, even after the
+	// caller stopped reading: the way a call that returned early still
+	// learns how its stragglers ended.
+	record func(nodeResult)
+	// stop ends the caller's wait (next) without cancelling the requests:
+	// set for detached calls, whose requests run to their own deadline
+	// whatever happens to the caller's context.
+	stop <-chan struct{}
+}
+
+// callOpts are the optional parts of a call.
+type callOpts struct {
+	record   func(nodeResult)
+	detached bool
 }
 
 // fanOut starts the script on targets (all nodes when targets is nil). Each
 // request is counted in the Locker's background group (so that Close waits
 // for it) and in wg when wg is not nil. After Close, no request is sent and
 // every target answers ErrClosed at once.
-func (l *Locker) fanOut(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup) *call {
-	return l.startCall(ctx, op, deadline, s, keys, args, targets, wg, false)
+func (l *Locker) fanOut(ctx context.Context, op Op, deadline time.Time, s *luaScript, key string, cmdArgs []any, targets []int, wg *sync.WaitGroup) *call {
+	return l.startCall(ctx, op, deadline, s, key, cmdArgs, targets, wg, false, callOpts{})
+}
+
+// fanOutWith is fanOut with the optional parts of a call.
+func (l *Locker) fanOutWith(ctx context.Context, op Op, deadline time.Time, s *luaScript, key string, cmdArgs []any, targets []int, wg *sync.WaitGroup, o callOpts) *call {
+	return l.startCall(ctx, op, deadline, s, key, cmdArgs, targets, wg, false, o)
 }
 
 // fanOutBG is fanOut for a goroutine already counted in the background
 // group (a failed attempt's undo): its requests are sent even while Close
 // waits, so that Close does not strand what the undo had to release.
-func (l *Locker) fanOutBG(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup) *call {
-	return l.startCall(ctx, op, deadline, s, keys, args, targets, wg, true)
+func (l *Locker) fanOutBG(ctx context.Context, op Op, deadline time.Time, s *luaScript, key string, cmdArgs []any, targets []int, wg *sync.WaitGroup) *call {
+	return l.startCall(ctx, op, deadline, s, key, cmdArgs, targets, wg, true, callOpts{})
 }
 
-func (l *Locker) startCall(ctx context.Context, op Op, deadline time.Time, s *redis.Script, keys []string, args []any, targets []int, wg *sync.WaitGroup, counted bool) *call {
+func (l *Locker) startCall(ctx context.Context, op Op, deadline time.Time, s *luaScript, key string, cmdArgs []any, targets []int, wg *sync.WaitGroup, counted bool, o callOpts) *call {
 	n := len(l.nodes)
 	if targets != nil {
 		n = len(targets)
 	}
-	c := &call{l: l, op: op, parent: ctx, deadline: deadline, timeout: time.Until(deadline), script: s, keys: keys, args: args, n: n, targets: targets, results: make(chan nodeResult, n), done: make(chan struct{}), wg: wg}
-	c.ctx, c.cancel = context.WithDeadline(ctx, deadline)
+	c := &call{l: l, op: op, parent: ctx, deadline: deadline, timeout: time.Until(deadline), script: s, key: key, cmdArgs: cmdArgs, n: n, targets: targets, results: make(chan nodeResult, n), wg: wg,
+		record: o.record}
+	if o.detached {
+		c.ctx, c.cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		c.stop = ctx.Done()
+	} else {
+		c.ctx, c.cancel = context.WithDeadline(ctx, deadline)
+	}
 	if n == 0 {
 		c.cancel()
-		close(c.done)
 		return c
 	}
 	if counted {
@@ -82,10 +105,13 @@ func (l *Locker) startCall(ctx context.Context, op Op, deadline time.Time, s *re
 			if targets != nil {
 				node = targets[i]
 			}
-			c.results <- nodeResult{node: node, err: ErrClosed}
+			r := nodeResult{node: node, err: ErrClosed}
+			if c.record != nil {
+				c.record(r)
+			}
+			c.results <- r
 		}
 		c.cancel()
-		close(c.done)
 		return c
 	}
 	c.left.Store(int32(n))
@@ -93,12 +119,12 @@ func (l *Locker) startCall(ctx context.Context, op Op, deadline time.Time, s *re
 		wg.Add(n)
 	}
 	if targets == nil {
-		for i := range l.nodes {
-			go c.run(i)
+		for _, w := range l.workers {
+			w.submit(c)
 		}
 	} else {
 		for _, i := range targets {
-			go c.run(i)
+			l.workers[i].submit(c)
 		}
 	}
 	return c
@@ -149,33 +175,67 @@ func (c *call) next() (nodeResult, bool) {
 	case r := <-c.results:
 		return r, true
 	case <-c.ctx.Done():
-		select {
-		case r := <-c.results:
-			return r, true
-		default:
-			return nodeResult{}, false
-		}
+	case <-c.stop: // nil unless detached
+	}
+	select {
+	case r := <-c.results:
+		return r, true
+	default:
+		return nodeResult{}, false
 	}
 }
 
-func (c *call) run(i int) {
-	v, err := c.script.Run(c.ctx, c.l.nodes[i].client, c.keys, c.args...).Int64()
-	if err != nil && ctxErr(c.parent) == nil && isTimeout(c, err) {
-		// Cut off by the call's own deadline (or the client's socket
-		// timeout), not by the caller: keep context.DeadlineExceeded for
-		// the caller's own context.
-		err = fmt.Errorf("%w (%v)", ErrNodeTimeout, err)
-	}
+// luaScript is one of the package's Lua scripts: its source and SHA-1.
+type luaScript struct {
+	src, sha string
+	bsha     any // sha, boxed once
+}
+
+func newLuaScript(src string) *luaScript {
+	h := sha1.Sum([]byte(src))
+	sha := hex.EncodeToString(h[:])
+	return &luaScript{src: src, sha: sha, bsha: sha}
+}
+
+// evalsha returns the arguments of an EVALSHA of the script on one key:
+// "evalsha", sha, 1, key, args....
+func (s *luaScript) evalsha(key any, args ...any) []any {
+	a := make([]any, 4, 4+len(args))
+	a[0], a[1], a[2], a[3] = "evalsha", s.bsha, 1, key
+	return append(a, args...)
+}
+
+// evalArgs turns EVALSHA arguments into those of the EVAL of the same
+// call, for a node that lost the script.
+func (s *luaScript) evalArgs(cmdArgs []any) []any {
+	return append([]any{"eval", s.src}, cmdArgs[2:]...)
+}
+
+// errUnsent is the cause of a request dropped before it left because its
+// deadline had passed while it waited for the node's earlier requests.
+var errUnsent = errors.New("not sent: the deadline passed while earlier requests to the node were out")
+
+// errNodeTimeout wraps a timeout of one node request.
+func errNodeTimeout(err error) error { return fmt.Errorf("%w (%v)", ErrNodeTimeout, err) }
+
+// deliver hands node i's answer to the call. Each node's worker calls it
+// once per request; the last one ends the call. The Observer hears every
+// node error here, so a node that fails after the vote was decided is
+// still seen.
+func (c *call) deliver(i int, v int64, err error) {
 	switch {
 	case err != nil:
-		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.keys[0], Node: i, Addr: c.l.nodes[i].addr, Err: err})
+		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.key, Node: i, Addr: c.l.nodes[i].addr, Err: err})
 	case c.op == OpAcquire && v < 0:
-		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.keys[0], Node: i, Addr: c.l.nodes[i].addr, Err: warmingError(v)})
+		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.op, Key: c.key, Node: i, Addr: c.l.nodes[i].addr, Err: warmingError(v)})
 	}
-	c.results <- nodeResult{node: i, val: v, err: err}
+	r := nodeResult{node: i, val: v, err: err}
+	if c.record != nil {
+		c.record(r)
+	}
+	c.results <- r
 	if c.left.Add(-1) == 0 {
 		c.cancel()
-		close(c.done)
 	}
 	if c.wg != nil {
 		c.wg.Done()
@@ -222,8 +282,14 @@ func states(buf []uint8, n int) []uint8 {
 // target. It never waits past the call's deadline (or the caller's
 // context): targets still unanswered then are stTimedOut.
 func (l *Locker) collect(c *call, early bool, classify classifier, st []uint8) vote {
+	return l.collectFrom(c, early, classify, st, newTally(len(l.nodes)))
+}
+
+// collectFrom is collect with a vote that starts from base: the answers of
+// earlier calls of the same operation (a retried Unlock).
+func (l *Locker) collectFrom(c *call, early bool, classify classifier, st []uint8, base tally) vote {
 	n := len(l.nodes)
-	v := vote{t: newTally(n)}
+	v := vote{t: base}
 	targets := c.n
 	for v.read < targets && !(early && v.t.verdict() != undecided) {
 		r, ok := c.next()

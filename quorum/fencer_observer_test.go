@@ -148,6 +148,8 @@ func TestObserver(t *testing.T) {
 	waitClosed(t, lease.Lost(), 5*time.Second, "the lease expires")
 	r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
 	_ = lease.Unlock(ctxT(t, 5*time.Second))
+	// The release event comes when every node has answered.
+	eventually(t, 10*time.Second, "the release event", func() bool { return len(rec.snapshot().releases) == 1 })
 
 	s := rec.snapshot()
 	if len(s.acquires) != 1 || s.acquires[0].Result != quorum.ResultAcquired || s.acquires[0].Attempts != 1 || s.acquires[0].Key != k {

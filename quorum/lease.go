@@ -3,7 +3,9 @@ package quorum
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,11 +25,13 @@ type Lease struct {
 	key   string
 	token string
 	fence int64
-	start time.Time // when the acquiring vote started
-	wg    *sync.WaitGroup
+	// bkey and btoken are key and token boxed once, for the arguments of
+	// every request of the lease.
+	bkey, btoken any
+	start        time.Time // when the acquiring vote started
+	wg           *sync.WaitGroup
 
-	acqDone     <-chan struct{} // closed when every acquire request returned
-	acqDeadline time.Time
+	acqDeadline time.Time // the acquiring call's deadline
 
 	extendMu sync.Mutex // one extension at a time
 	unlockMu sync.Mutex // one release at a time
@@ -54,8 +58,7 @@ type Lease struct {
 func newLease(l *Locker, key, token string, start, until time.Time, c *call, wg *sync.WaitGroup) *Lease {
 	return &Lease{
 		l: l, key: key, token: token, start: start, wg: wg,
-		acqDone: c.done, acqDeadline: start.Add(l.cfg.nodeTimeout),
-		until: until, lost: make(chan struct{}),
+		acqDeadline: c.deadline, until: until, lost: make(chan struct{}),
 	}
 }
 
@@ -244,7 +247,11 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return le.endedError()
 	}
 	deadline := earlier(start.Add(l.cfg.nodeTimeout), until)
-	c := l.fanOut(ctx, OpExtend, deadline, l.extendScript, []string{le.key}, []any{le.token, ttl.Milliseconds()}, nil, le.wg)
+	var bttl any = l.ttlArg
+	if ttl != l.cfg.ttl {
+		bttl = ttl.Milliseconds()
+	}
+	c := l.fanOut(ctx, OpExtend, deadline, l.extendScript, le.key, l.extendScript.evalsha(le.bkey, le.btoken, bttl), nil, le.wg)
 	var stBuf [16]uint8
 	v := l.collect(c, true, classifyExtend, states(stBuf[:], len(l.nodes)))
 	ev := ExtendEvent{Key: le.key, Duration: time.Since(start), Confirmed: v.t.ok}
@@ -343,18 +350,24 @@ func (le *Lease) endedError() error {
 // took the key) is left untouched. The lease ends (Lost is closed) whatever
 // the outcome.
 //
-// It returns nil when every node answered and a majority of them still held
-// the token. When the nodes that answered "not ours" make a majority
-// impossible, the lease had already expired, been taken over or been
-// forgotten by restarted nodes: the error matches ErrLeaseLost, and work
-// done under the lease may not have been exclusive. Otherwise, when some
-// nodes did not answer, it returns a *QuorumError matching
-// ErrUnlockUnconfirmed that lists them; calling Unlock again retries just
-// those nodes (it is always safe to retry).
+// It returns nil as soon as a majority of the nodes confirmed the release:
+// the key is then free for the next owner. The other nodes are released in
+// the background, each only after that node's own acquire request returned,
+// so a slow node delays neither this call nor the next owner, and a release
+// never overtakes a late SET (which would leave the key behind until it
+// expires). Locker.Close waits for that background work.
 //
-// Unlock waits at most one node timeout (plus, right after the acquisition,
-// the acquisition's late answers). If ctx may already be done, pass
-// context.WithoutCancel(ctx).
+// When the nodes that answered "not ours" make a majority impossible, the
+// lease had already expired, been taken over or been forgotten by restarted
+// nodes: the error matches ErrLeaseLost, and work done under the lease may
+// not have been exclusive. When no majority confirmed within the node
+// timeout (or before ctx ended), it returns a *QuorumError matching
+// ErrUnlockUnconfirmed that lists the nodes; calling Unlock again retries the
+// nodes whose answer is still unknown (it is always safe to retry).
+//
+// The requests themselves are not cut short by ctx: they run to their node
+// timeout even when ctx ends first, so a cancelled context never strands a
+// release.
 func (le *Lease) Unlock(ctx context.Context) error {
 	l := le.l
 	n := len(l.nodes)
@@ -366,10 +379,17 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	if le.rel == nil {
 		le.rel = states(le.relBuf[:], n)
 	}
-	targets := make([]int, 0, n)
+	base := newTally(n)
+	var tbuf [16]int
+	targets := tbuf[:0]
 	for i, s := range le.rel {
-		if s == stPending {
+		switch s {
+		case stPending:
 			targets = append(targets, i)
+		case stYes:
+			base.ok++
+		case stNo:
+			base.held++
 		}
 	}
 	le.mu.Unlock()
@@ -378,66 +398,92 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	}
 
 	var errs []NodeError
-	if len(targets) > 0 {
-		le.waitAcquire(ctx)
+	if len(targets) > 0 && base.verdict() == undecided {
 		start := time.Now()
-		c := l.fanOut(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, []string{le.key}, []any{le.token}, targets, le.wg)
+		// Each node's worker sends the release only after the node's
+		// acquire request has returned: a node whose acquire is still out
+		// gets it at the latest at the acquisition's deadline, plus a node
+		// timeout for the release itself.
+		deadline := start.Add(l.cfg.nodeTimeout)
+		if d := le.acqDeadline.Add(l.cfg.nodeTimeout); d.After(deadline) {
+			deadline = d
+		}
+		rr := &releaseRound{le: le, start: start}
+		rr.left.Store(int32(len(targets)))
+		rr.parties.Store(2)
+		var tg []int // nil: every node, the usual first Unlock
+		if len(targets) < n {
+			tg = slices.Clone(targets)
+		}
+		c := l.fanOutWith(ctx, OpRelease, deadline, l.releaseScript, le.key, l.releaseScript.evalsha(le.bkey, le.btoken), tg, le.wg,
+			callOpts{record: rr.record, detached: true})
 		var stBuf [16]uint8
-		st := states(stBuf[:], n)
-		v := l.collect(c, false, classifyRelease, st)
+		v := l.collectFrom(c, true, classifyRelease, states(stBuf[:], n), base)
 		errs = v.errs
-		le.mu.Lock()
-		for _, i := range targets {
-			if s := st[i]; s == stYes || s == stNo {
-				le.rel[i] = s
-			}
-		}
-		le.mu.Unlock()
-		l.cfg.observer.ObserveRelease(ReleaseEvent{Key: le.key, Duration: time.Since(start), Released: v.t.ok, NotOwner: v.t.held, Failed: v.t.failed})
+		rr.decide(time.Since(start))
+		base = v.t
 	}
-	released, notOwner := le.releaseCounts()
 	switch {
-	case notOwner > n-l.quorum:
-		return l.quorumError(OpRelease, le.key, released, notOwner, errs,
+	case base.held > n-l.quorum:
+		return l.quorumError(OpRelease, le.key, base.ok, base.held, errs,
 			"the token was no longer on a majority (the lease had expired, was taken over, or nodes lost it)", ErrLeaseLost)
-	case len(errs) > 0:
-		return l.quorumError(OpRelease, le.key, released, notOwner, errs, "", ErrUnlockUnconfirmed)
+	case base.ok >= l.quorum:
+		return nil
 	}
-	return nil
+	qe := l.quorumError(OpRelease, le.key, base.ok, base.held, errs, "", ErrUnlockUnconfirmed)
+	if cerr := ctxErr(ctx); cerr != nil {
+		return fmt.Errorf("quorum: unlock %q: %w: %w", le.key, cerr, qe)
+	}
+	return qe
 }
 
-// releaseCounts returns how many nodes released the token and how many
-// answered that it was not there, over every Unlock call.
-func (le *Lease) releaseCounts() (released, notOwner int) {
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	for _, s := range le.rel {
-		switch s {
-		case stYes:
-			released++
-		case stNo:
-			notOwner++
-		}
-	}
-	return released, notOwner
+// releaseRound is one Unlock's release call. It keeps each node's final
+// answer in the lease as it arrives (a retried Unlock asks only the nodes
+// still unknown), and reports one ReleaseEvent once both the caller has
+// its answer and every request has ended, so the event counts every node
+// even when Unlock returned at the majority.
+type releaseRound struct {
+	le      *Lease
+	start   time.Time
+	decided time.Duration // how long the caller waited; written before its party leaves
+
+	left                       atomic.Int32 // requests still out
+	parties                    atomic.Int32 // 2: the requests, and the caller's decision
+	released, notOwner, failed atomic.Int32
 }
 
-// waitAcquire waits until the acquisition's late requests have returned, so
-// that a release cannot overtake a slow SET on the same node. It waits at
-// most until the acquisition's deadline plus one node timeout.
-func (le *Lease) waitAcquire(ctx context.Context) {
-	select {
-	case <-le.acqDone:
-		return
+func (rr *releaseRound) record(r nodeResult) {
+	switch s, err := classifyRelease(r.val); {
+	case r.err != nil || err != nil:
+		rr.failed.Add(1)
 	default:
+		if s == stYes {
+			rr.released.Add(1)
+		} else {
+			rr.notOwner.Add(1)
+		}
+		le := rr.le
+		le.mu.Lock()
+		le.rel[r.node] = s
+		le.mu.Unlock()
 	}
-	t := time.NewTimer(time.Until(le.acqDeadline) + le.l.cfg.nodeTimeout)
-	defer t.Stop()
-	select {
-	case <-le.acqDone:
-	case <-t.C:
-	case <-ctx.Done():
+	if rr.left.Add(-1) == 0 {
+		rr.leave()
 	}
+}
+
+// decide records how long the caller waited for its answer.
+func (rr *releaseRound) decide(d time.Duration) {
+	rr.decided = d
+	rr.leave()
+}
+
+func (rr *releaseRound) leave() {
+	if rr.parties.Add(-1) != 0 {
+		return
+	}
+	rr.le.l.cfg.observer.ObserveRelease(ReleaseEvent{Key: rr.le.key, Duration: rr.decided,
+		Released: int(rr.released.Load()), NotOwner: int(rr.notOwner.Load()), Failed: int(rr.failed.Load())})
 }
 
 // errLost reports whether the lease was lost (not released) and why.

@@ -127,11 +127,10 @@ func TestAcquire(t *testing.T) {
 	})
 
 	t.Run("MinorityPartitionStillAcquires", func(t *testing.T) {
-		// The keys must outlive the first Unlock, which waits out the
-		// acquisition's and its own requests to the cut-off nodes.
 		l := r.locker(t, quorum.WithTTL(5*time.Minute))
 		k := key(t)
 		heal := r.partition(t, 3, 4)
+		defer heal()
 		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
@@ -139,25 +138,48 @@ func TestAcquire(t *testing.T) {
 		if got := r.count(t, k, lease.Token()); got != 3 {
 			t.Fatalf("token on %d nodes, want 3", got)
 		}
-		// Unlock reports the nodes it could not confirm. Its context
-		// outlasts the two node timeouts it waits, so only the node
-		// timeouts of nodes 3 and 4 end it.
+		// A majority confirms the release: Unlock returns without waiting
+		// for the cut-off nodes, whose requests end in the background.
+		if err := lease.Unlock(ctxT(t, 2*time.Minute)); err != nil {
+			t.Fatalf("unlock with a majority reachable: %v", err)
+		}
+		if got := r.count(t, k, ""); got != 5 {
+			t.Fatalf("key left on %d nodes", 5-got)
+		}
+	})
+
+	t.Run("UnreachableMajorityIsUnconfirmed", func(t *testing.T) {
+		l := r.locker(t, quorum.WithTTL(5*time.Minute))
+		k := key(t)
+		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heal := r.partition(t, 2, 3, 4)
 		err = lease.Unlock(ctxT(t, 2*time.Minute))
 		var qe *quorum.QuorumError
 		if !errors.Is(err, quorum.ErrUnlockUnconfirmed) || !errors.As(err, &qe) {
+			heal()
 			t.Fatalf("got %v, want a *QuorumError matching ErrUnlockUnconfirmed", err)
 		}
-		if got := nodeIndexes(qe.Nodes); !slices.Equal(got, []int{3, 4}) {
-			t.Fatalf("unconfirmed nodes %v, want [3 4]: %v", got, err)
+		if got := nodeIndexes(qe.Nodes); !slices.Equal(got, []int{2, 3, 4}) {
+			heal()
+			t.Fatalf("unconfirmed nodes %v, want [2 3 4]: %v", got, err)
 		}
 		for _, ne := range qe.Nodes {
 			if ne.Addr != r.nodes[ne.Node].Addr() || ne.Err == nil {
+				heal()
 				t.Fatalf("node error %+v does not name the node and its error", ne)
 			}
 		}
 		heal()
 		// Retrying is safe and only needs the unconfirmed nodes.
 		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		// It returned at a majority; the last node follows in the
+		// background, and Close waits for it.
+		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if got := r.count(t, k, ""); got != 5 {
@@ -423,6 +445,9 @@ func TestUnlock(t *testing.T) {
 		if err := lease.Unlock(ctxT(t, 5*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
+		// Unlock returned at the majority; the event comes once the last
+		// node has answered.
+		eventually(t, 30*time.Second, "the release event", func() bool { return len(rec.snapshot().releases) == 1 })
 		if got := r.count(t, k, ""); got != 5 {
 			t.Fatalf("key left on %d nodes", 5-got)
 		}
@@ -454,6 +479,11 @@ func TestUnlock(t *testing.T) {
 		err = oldLease.Unlock(ctxT(t, 30*time.Second))
 		if !errors.Is(err, quorum.ErrLeaseLost) {
 			t.Fatalf("old Unlock: got %v, want ErrLeaseLost", err)
+		}
+		// Unlock returned once a majority said "not ours"; Close waits for
+		// the rest, so every node has answered the old holder.
+		if err := old.Close(); err != nil {
+			t.Fatal(err)
 		}
 		if got := r.count(t, k, newLease.Token()); got != 5 {
 			t.Fatalf("values %q: the old holder touched the new holder's key", r.values(t, k))

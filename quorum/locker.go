@@ -31,15 +31,21 @@ var (
 
 // Locker acquires leases on keys by majority vote over independent Redis
 // masters (Redlock). It is safe for concurrent use. Create it with New and
-// Close it when done.
+// Close it when done: it runs one goroutine per node (which sends that
+// node's requests, batching those of concurrent callers into one pipeline)
+// and, once a Lock has waited, one Pub/Sub connection per node; Close ends
+// them.
 type Locker struct {
 	nodes  []node
 	quorum int
 	cfg    config
 
-	acquireScript, releaseScript, extendScript *redis.Script
+	acquireScript, releaseScript, extendScript *luaScript
 
 	ttlArg, windowArg, durableArg any // boxed once
+
+	wk      *waker        // wakes Lock waiters when a node announces a release
+	workers []*nodeWorker // one per node, in the order of nodes
 
 	// bg counts every node request and background release, so that Close
 	// can wait for them; mu orders Add against Close's Wait.
@@ -131,14 +137,18 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		}
 	}
 	l.cfg = cfg
-	l.acquireScript = redis.NewScript(acquireSrc)
-	l.releaseScript = redis.NewScript(releaseSrc)
-	l.extendScript = redis.NewScript(extendSrc)
+	l.wk = newWaker(l)
+	l.acquireScript = newLuaScript(acquireSrc)
+	l.releaseScript = newLuaScript(releaseSrc)
+	l.extendScript = newLuaScript(extendSrc)
 	l.ttlArg = cfg.ttl.Milliseconds()
 	l.windowArg = cfg.window.Milliseconds()
 	l.durableArg = "0"
 	if cfg.durable {
 		l.durableArg = "1"
+	}
+	for i := range l.nodes {
+		l.workers = append(l.workers, newNodeWorker(l, i))
 	}
 	return l, nil
 }
@@ -185,6 +195,8 @@ func (l *Locker) Close() error {
 	l.mu.Unlock()
 	l.bg.Wait()
 	l.closeOnce.Do(func() {
+		l.closeWorkers()
+		l.wk.close()
 		var errs []error
 		for _, n := range l.nodes {
 			if n.own != nil {
@@ -290,7 +302,10 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 		lastErr  error
 		n        int
 		canceled bool
+		wt       *waiter // set once the key was found held
+		wakeups  int
 	)
+	defer func() { l.wk.unregister(wt) }()
 	for {
 		if ctxErr(ctx) != nil {
 			lastErr, canceled = ctxError(ctx, "lock", key), true
@@ -299,7 +314,7 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 		n++
 		lease, err, retryable := l.attempt(ctx, key, wg)
 		if err == nil {
-			l.cfg.observer.ObserveAcquire(AcquireEvent{Key: key, Attempts: n, Duration: time.Since(start), Result: ResultAcquired})
+			l.cfg.observer.ObserveAcquire(AcquireEvent{Key: key, Attempts: n, Wakeups: wakeups, Duration: time.Since(start), Result: ResultAcquired})
 			return lease, nil
 		}
 		lastErr = err
@@ -311,18 +326,39 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 			break
 		}
 		d := backoffDelay(n-1, l.cfg.retry.BaseDelay, l.cfg.retry.MaxDelay, mrand.Int64N)
-		if !deadline.IsZero() && time.Now().Add(d).After(deadline) {
+		if wt == nil && errors.Is(err, ErrNotAcquired) {
+			// Someone holds the key: be told when it is released.
+			wt = l.wk.register(key)
+		}
+		// Past the wait budget a backoff ends the call; a release message
+		// before then still earns one more attempt.
+		last := !deadline.IsZero() && time.Now().Add(d).After(deadline)
+		if last {
+			if wt == nil {
+				break
+			}
+			d = time.Until(deadline)
+		}
+		live, woken := true, false
+		if wt != nil {
+			live, woken = wt.wait(ctx, d)
+		} else {
+			live = sleep(ctx, d)
+		}
+		if !live {
+			lastErr, canceled = ctxError(ctx, "lock", key), true
 			break
 		}
-		if !sleep(ctx, d) {
-			lastErr, canceled = ctxError(ctx, "lock", key), true
+		if woken {
+			wakeups++
+		} else if last {
 			break
 		}
 	}
 	if n > 1 && !canceled {
 		lastErr = fmt.Errorf("quorum: lock %q: gave up after %d attempts in %v: %w", key, n, time.Since(start).Round(time.Millisecond), lastErr)
 	}
-	l.cfg.observer.ObserveAcquire(AcquireEvent{Key: key, Attempts: n, Duration: time.Since(start), Result: resultOf(lastErr), Err: lastErr})
+	l.cfg.observer.ObserveAcquire(AcquireEvent{Key: key, Attempts: n, Wakeups: wakeups, Duration: time.Since(start), Result: resultOf(lastErr), Err: lastErr})
 	return nil, lastErr
 }
 
@@ -367,17 +403,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // must not be retried (the Fencer failed).
 func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (lease *Lease, err error, retryable bool) {
 	token := rand.Text()
-	var keys []string
-	var args []any
+	// Boxed once: the release and the extensions reuse them.
+	var bkey, btoken any = key, token
+	var cmdArgs []any
 	if l.cfg.guard {
-		keys = []string{key, BootMarkerKey}
-		args = []any{token, l.ttlArg, l.windowArg, l.durableArg}
+		cmdArgs = []any{"evalsha", l.acquireScript.bsha, 2, bkey, BootMarkerKey, btoken, l.ttlArg, l.windowArg, l.durableArg}
 	} else {
-		keys = []string{key}
-		args = []any{token, l.ttlArg}
+		cmdArgs = []any{"evalsha", l.acquireScript.bsha, 1, bkey, btoken, l.ttlArg}
 	}
 	start := time.Now() // before the first request leaves
-	c := l.fanOut(ctx, OpAcquire, start.Add(l.cfg.nodeTimeout), l.acquireScript, keys, args, nil, wg)
+	c := l.fanOut(ctx, OpAcquire, start.Add(l.cfg.nodeTimeout), l.acquireScript, key, cmdArgs, nil, wg)
 	var stBuf [16]uint8 // node states on the stack for up to 16 nodes
 	st := states(stBuf[:], len(l.nodes))
 	v := l.collect(c, true, classifyAcquire, st)
@@ -385,6 +420,7 @@ func (l *Locker) attempt(ctx context.Context, key string, wg *sync.WaitGroup) (l
 	if v.t.verdict() == won {
 		if until := l.cfg.leaseEnd(start, l.cfg.ttl); time.Now().Before(until) {
 			lease = newLease(l, key, token, start, until, c, wg)
+			lease.bkey, lease.btoken = bkey, btoken
 			if l.cfg.fencer != nil {
 				return l.fence(ctx, lease, st, v.read, c)
 			}
@@ -502,7 +538,7 @@ func (l *Locker) drain(ctx context.Context, key, token string, now []int, unread
 // (at most one node timeout).
 func (l *Locker) release(ctx context.Context, keys []string, args []any, targets []int, wg *sync.WaitGroup) {
 	start := time.Now()
-	c := l.fanOutBG(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, keys, args, targets, wg)
+	c := l.fanOutBG(ctx, OpRelease, start.Add(l.cfg.nodeTimeout), l.releaseScript, keys[0], l.releaseScript.evalsha(keys[0], args...), targets, wg)
 	var stBuf [16]uint8
 	v := l.collect(c, false, classifyRelease, states(stBuf[:], len(l.nodes)))
 	l.cfg.observer.ObserveRelease(ReleaseEvent{Key: keys[0], Duration: time.Since(start), Released: v.t.ok, NotOwner: v.t.held, Failed: v.t.failed})

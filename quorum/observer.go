@@ -48,6 +48,7 @@ func (r Result) String() string {
 type AcquireEvent struct {
 	Key      string
 	Attempts int           // attempts made, the first included
+	Wakeups  int           // waits ended early by a node announcing the key's release
 	Duration time.Duration // from the call to its return
 	Result   Result
 	Err      error // nil when Result is ResultAcquired
@@ -71,9 +72,14 @@ type ExtendEvent struct {
 }
 
 // ReleaseEvent reports one Unlock call (including the release after a failed
-// attempt). Each node counts once.
+// attempt). Each node counts once. Unlock returns at the majority, so its
+// event comes when the last of its requests has ended, possibly after
+// Unlock returned, and from another goroutine.
 type ReleaseEvent struct {
-	Key      string
+	Key string
+	// Duration is how long the caller waited: until the majority decided
+	// (for Unlock) or until every answer came (for a failed attempt's
+	// release).
 	Duration time.Duration
 	Released int // nodes where the key held the token and was deleted
 	NotOwner int // nodes that answered 0: the key was absent or held by another owner

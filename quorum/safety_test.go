@@ -264,22 +264,40 @@ type releaseGate struct {
 }
 
 func (g *releaseGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessPipelineHook holds a batch (the node workers pipeline concurrent
+// requests) that holds a release.
 func (g *releaseGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if g.hold(ctx, cmd) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
+
 func (g *releaseGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) > 1 && fmt.Sprint(args[1]) == g.sha {
-			g.started.Add(1)
-			select {
-			case <-g.open:
-			case <-ctx.Done():
-			}
-			g.finished.CompareAndSwap(0, time.Now().UnixNano())
-		}
+		g.hold(ctx, cmd)
 		return next(ctx, cmd)
 	}
+}
+
+// hold waits for the gate when cmd is a release.
+func (g *releaseGate) hold(ctx context.Context, cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 || fmt.Sprint(args[1]) != g.sha {
+		return false
+	}
+	g.started.Add(1)
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+	}
+	g.finished.CompareAndSwap(0, time.Now().UnixNano())
+	return true
 }
 
 // A failed attempt is undone in the background: Lock returns at the
@@ -492,4 +510,166 @@ func TestRestartGuard(t *testing.T) {
 		}
 		_ = lease.Unlock(ctxT(t, 10*time.Second))
 	})
+}
+
+// holdAcquire is a client hook that keeps every acquire request (the
+// script with two keys: the lock and the boot marker) from leaving until
+// let is closed, and logs the script calls in the order they end (a
+// request sent while another is held ends first).
+type holdAcquire struct {
+	let chan struct{}
+	mu  sync.Mutex
+	log []string
+}
+
+func (h *holdAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessPipelineHook treats a batch like its commands one after another:
+// a batch with an acquire is held, and its commands are logged in order.
+func (h *holdAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var what []string
+		for _, cmd := range cmds {
+			if cmd.Name() != "evalsha" && cmd.Name() != "eval" {
+				continue
+			}
+			w := "release"
+			if a := cmd.Args(); len(a) > 2 && fmt.Sprint(a[2]) == "2" {
+				w = "acquire"
+			}
+			what = append(what, w)
+		}
+		if slices.Contains(what, "acquire") {
+			select {
+			case <-h.let:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := next(ctx, cmds)
+		h.mu.Lock()
+		h.log = append(h.log, what...)
+		h.mu.Unlock()
+		return err
+	}
+}
+
+func (h *holdAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "evalsha" && cmd.Name() != "eval" {
+			return next(ctx, cmd)
+		}
+		what := "release"
+		if a := cmd.Args(); len(a) > 2 && fmt.Sprint(a[2]) == "2" {
+			what = "acquire"
+			select {
+			case <-h.let:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := next(ctx, cmd)
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return err // go-redis sends the script itself next
+		}
+		h.mu.Lock()
+		h.log = append(h.log, what)
+		h.mu.Unlock()
+		return err
+	}
+}
+
+func (h *holdAcquire) sent() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.log)
+}
+
+// TestUnlockReturnsAtTheMajority: a node whose acquire request is late
+// delays neither Lock nor Unlock, and its release leaves only after its
+// own late SET, so the key is not left behind on it. On the old Unlock,
+// which waited for every acquire answer and then every release answer,
+// the Unlock below blocks on the held node and reports it unconfirmed.
+func TestUnlockReturnsAtTheMajority(t *testing.T) {
+	r := newRig(t)
+	hold := &holdAcquire{let: make(chan struct{})}
+	clients := make([]redis.UniversalClient, len(r.nodes))
+	for i := range r.nodes {
+		c := r.newClient(t, i)
+		if i == 4 {
+			c.AddHook(hold)
+		}
+		clients[i] = c
+	}
+	l, err := quorum.New(clients, quorum.WithTTL(5*time.Minute), quorum.WithNodeTimeout(slow(20*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var once sync.Once
+	let := func() { once.Do(func() { close(hold.let) }) }
+	defer let()
+	k := key(t)
+	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("unlock while one node's acquire is still out: %v", err)
+	}
+	if got := hold.sent(); len(got) != 0 {
+		t.Fatalf("node 4 was sent %v while its acquire was held", got)
+	}
+	free := 0
+	for i := range 4 {
+		if r.value(t, k, i) == "" {
+			free++
+		}
+	}
+	if free < 3 {
+		t.Fatalf("Unlock returned with the key free on %d nodes, not a majority", free)
+	}
+	// The late SET lands; the release follows it, never ahead of it.
+	let()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := hold.sent(); !slices.Equal(got, []string{"acquire", "release"}) {
+		t.Fatalf("node 4 was sent %v, want the acquire, then the release", got)
+	}
+	if v := r.value(t, k, 4); v != "" {
+		t.Fatalf("the late SET left %q on node 4", v)
+	}
+}
+
+// TestCancelledUnlockStillReleases: the release requests do not hang on
+// the caller's context. An Unlock whose context is already cancelled
+// answers at once (with the context's error, unless a majority's answers
+// happened to be in already), and the key is released on every node all
+// the same (a "defer cancel()" right after Unlock must not strand the
+// nodes outside the majority either).
+func TestCancelledUnlockStillReleases(t *testing.T) {
+	r := newRig(t)
+	l := r.locker(t, quorum.WithTTL(5*time.Minute))
+	k := key(t)
+	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = lease.Unlock(ctx)
+	if err != nil && (!errors.Is(err, context.Canceled) || !errors.Is(err, quorum.ErrUnlockUnconfirmed)) {
+		t.Fatalf("Unlock with a cancelled context: %v, want context.Canceled and ErrUnlockUnconfirmed", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.count(t, k, ""); got != 5 {
+		t.Fatalf("key left on %d nodes: %q", 5-got, r.values(t, k))
+	}
+	// A retry after that knows every node answered.
+	if err := lease.Unlock(context.Background()); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
 }

@@ -173,6 +173,11 @@ func TestWithLocker(t *testing.T) {
 	if err := lease.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Unlock returns at the majority; Close waits for the rest, whose
+	// answers the release event counts.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	got := gather(t, reg)
 	for series, want := range map[string]float64{
 		`quorumlock_acquire_total{result="acquired"}`:     1,

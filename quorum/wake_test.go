@@ -1,0 +1,122 @@
+package quorum_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// patient is a Lock configuration whose backoff alone would keep a waiter
+// asleep for a long time: what wakes it sooner is the release message.
+func patient() []quorum.Option {
+	return []quorum.Option{
+		quorum.WithTTL(5 * time.Minute),
+		quorum.WithRetry(quorum.Retry{BaseDelay: time.Hour, MaxDelay: time.Hour}),
+		quorum.WithMaxWait(2 * time.Hour),
+	}
+}
+
+// TestWaiterWakesOnRelease: a Lock call that found the key held is woken
+// by the release message of the holder's Unlock, not by its backoff (an
+// hour here): it acquires on its second attempt, with one wake-up
+// recorded. Without the message it would sleep on.
+func TestWaiterWakesOnRelease(t *testing.T) {
+	r := newRig(t)
+	holder := r.locker(t, quorum.WithTTL(5*time.Minute))
+	rec := &recorder{}
+	l := r.locker(t, append(patient(), quorum.WithObserver(rec))...)
+	k := key(t)
+	held, err := holder.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		lease *quorum.Lease
+		err   error
+	}
+	got := make(chan res, 1)
+	ctx := ctxT(t, slow(time.Minute))
+	go func() {
+		lease, err := l.Lock(ctx, k)
+		got <- res{lease, err}
+	}()
+	eventually(t, 10*time.Second, "the waiter subscribed on a majority", func() bool { return l.SubscribedBy(k) >= 3 })
+	if err := held.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var g res
+	select {
+	case g = <-got:
+	case <-ctx.Done():
+		t.Fatal("the waiter was not woken by the release")
+	}
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	defer func() { _ = g.lease.Unlock(context.Background()) }()
+	ev := rec.snapshot().acquires
+	if len(ev) != 1 || ev[0].Attempts != 2 || ev[0].Wakeups != 1 {
+		t.Fatalf("acquire events %+v, want 2 attempts and 1 wake-up", ev)
+	}
+	eventually(t, 10*time.Second, "the subscription is dropped", func() bool { return l.SubscribedBy(k) == 0 && l.Waiting(k) == 0 })
+}
+
+// TestWaitersAreServedOldestFirst: waiters of one Locker get the key in
+// the order they began to wait.
+func TestWaitersAreServedOldestFirst(t *testing.T) {
+	r := newRig(t)
+	l := r.locker(t, patient()...)
+	k := key(t)
+	first, err := l.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 3
+	ctx := ctxT(t, slow(time.Minute))
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	next := make([]chan struct{}, waiters)
+	for i := range waiters {
+		next[i] = make(chan struct{})
+		wg.Go(func() {
+			lease, err := l.Lock(ctx, k)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			<-next[i] // hold until told
+			if err := lease.Unlock(context.Background()); err != nil {
+				t.Errorf("waiter %d: unlock: %v", i, err)
+			}
+		})
+		// Start the next waiter only once this one waits.
+		eventually(t, 10*time.Second, "the waiter queues", func() bool { return l.Waiting(k) == i+1 })
+	}
+	eventually(t, 10*time.Second, "the key's releases are announced", func() bool { return l.SubscribedBy(k) >= 3 })
+	if err := first.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range waiters {
+		eventually(t, 30*time.Second, "the next waiter acquires", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(order) == i+1
+		})
+		close(next[i])
+	}
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("acquired in the order %v, want oldest first", order)
+		}
+	}
+}
