@@ -34,6 +34,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer locker.Close() // it runs a goroutine per node
 	claims, _ := idem.New(nodes)
 	st, _ := store.New(pool)
 	svc, err := orders.New(st, fences,

@@ -116,6 +116,7 @@ func (r *rig) instanceWith(t *testing.T, p payment.Provider, opts ...orders.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = locker.Close() })
 	claims, err := idem.New(clients, idem.WithLease(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
