@@ -120,3 +120,66 @@ func TestWaitersAreServedOldestFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseMessageIsOnlyAHint: an announcement is a reason to try, never
+// a grant. A forged one while the key is held wakes the waiter, whose
+// attempt is refused, and it keeps waiting; only the real release lets it
+// in.
+func TestReleaseMessageIsOnlyAHint(t *testing.T) {
+	r := newRig(t)
+	holder := r.locker(t, quorum.WithTTL(5*time.Minute))
+	rec := &recorder{}
+	// Every attempt is refused by all five nodes: ten refusals mean the
+	// waiter has tried a second time.
+	refused := newHeldAnswers(10)
+	l, err := quorum.New(r.hookedClients(t, refused), append(patient(), quorum.WithObserver(rec), quorum.WithNodeTimeout(slow(time.Second)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	k := key(t)
+	held, err := holder.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var lease *quorum.Lease
+	ctx := ctxT(t, slow(time.Minute))
+	go func() {
+		var err error
+		lease, err = l.Lock(ctx, k)
+		got <- err
+	}()
+	eventually(t, 10*time.Second, "the waiter subscribed on a majority", func() bool { return l.SubscribedBy(k) >= 3 })
+	// Forge an announcement on every node while the holder still holds.
+	for i := range 5 {
+		if err := r.admin[i].Publish(ctxT(t, 5*time.Second), quorum.ReleaseChannelPrefix+k, "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The waiter tries again (a second attempt) and is refused.
+	waitClosed(t, refused.reached, 10*time.Second, "the woken waiter tries again and is refused")
+	if got := r.count(t, k, held.Token()); got != 5 {
+		t.Fatalf("the holder's token is on %d nodes", got)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter returned (%v) while the key was held", err)
+	default:
+	}
+	if err := held.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter was not woken by the real release")
+	}
+	defer func() { _ = lease.Unlock(context.Background()) }()
+	if ev := rec.snapshot().acquires; len(ev) != 1 || ev[0].Attempts < 3 || ev[0].Wakeups < 2 {
+		t.Fatalf("acquire events %+v, want at least 3 attempts and 2 wake-ups", ev)
+	}
+}
