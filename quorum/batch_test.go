@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ type batchWatch struct {
 	mu      sync.Mutex
 	gate    chan struct{} // nil: not armed
 	blocked atomic.Int64
+	seen    []string
 }
 
 func (h *batchWatch) arm() {
@@ -42,7 +44,7 @@ func (h *batchWatch) release() {
 	h.mu.Unlock()
 }
 
-func (h *batchWatch) wait(ctx context.Context) {
+func (h *batchWatch) wait(ctx context.Context, what string) {
 	h.mu.Lock()
 	g := h.gate
 	h.mu.Unlock()
@@ -50,9 +52,15 @@ func (h *batchWatch) wait(ctx context.Context) {
 		return
 	}
 	h.blocked.Add(1)
+	h.mu.Lock()
+	h.seen = append(h.seen, what)
+	h.mu.Unlock()
 	select {
 	case <-g:
 	case <-ctx.Done():
+		h.mu.Lock()
+		h.seen = append(h.seen, "ctx-done:"+what+":"+fmt.Sprint(context.Cause(ctx)))
+		h.mu.Unlock()
 	}
 }
 
@@ -60,14 +68,14 @@ func (h *batchWatch) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (h *batchWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.wait(ctx)
+		h.wait(ctx, fmt.Sprint(cmd.Args()[:3]))
 		return next(ctx, cmd)
 	}
 }
 
 func (h *batchWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.wait(ctx)
+		h.wait(ctx, fmt.Sprintf("pipeline of %d", len(cmds)))
 		err := next(ctx, cmds)
 		scripts := 0
 		for _, c := range cmds {
@@ -135,6 +143,7 @@ func TestBatchesKeepMutualExclusion(t *testing.T) {
 	if watch.batches.Load() == 0 {
 		t.Fatal("no request was batched: the test no longer covers batches")
 	}
+	t.Logf("%d rounds, %d batches of two requests or more, 0 overlaps", done.Load(), watch.batches.Load())
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +161,9 @@ func TestBatchesKeepMutualExclusion(t *testing.T) {
 func TestBatchAfterTheNodesLostTheirScripts(t *testing.T) {
 	r := newRig(t)
 	watch := &batchWatch{}
-	l, err := quorum.New(r.hookedClients(t, watch), quorum.WithTTL(5*time.Minute), quorum.WithNodeTimeout(slow(10*time.Second)))
+	rec := &recorder{}
+	l, err := quorum.New(r.hookedClients(t, watch), quorum.WithTTL(5*time.Minute), quorum.WithNodeTimeout(slow(10*time.Second)),
+		quorum.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +174,9 @@ func TestBatchAfterTheNodesLostTheirScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Lock returned at the majority: let the other nodes' requests end,
+	// or the hook would hold one of them instead of the extension.
+	eventually(t, 10*time.Second, "the lease is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
 	const n = 6
 	// round queues n acquisitions on every node behind an extension held
 	// in the hook, flushes the scripts when asked, and lets them go as one
@@ -185,14 +199,23 @@ func TestBatchAfterTheNodesLostTheirScripts(t *testing.T) {
 				errs <- err
 			}()
 		}
-		eventually(t, 10*time.Second, "the acquisitions queue on every node", func() bool {
+		queued := func() []int {
+			var q []int
 			for i := range 5 {
-				if l.Queued(i) != n {
-					return false
-				}
+				q = append(q, l.Queued(i))
 			}
-			return true
-		})
+			return q
+		}
+		deadline := time.Now().Add(slow(10 * time.Second))
+		for q := queued(); slices.ContainsFunc(q, func(v int) bool { return v != n }); q = queued() {
+			if time.Now().After(deadline) {
+				watch.mu.Lock()
+				t.Logf("seen: %q", watch.seen)
+				watch.mu.Unlock()
+				t.Fatalf("%s: the acquisitions did not queue on every node: %v queued, %d blocked", name, q, watch.blocked.Load())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		if flush {
 			for i := range 5 {
 				if err := r.admin[i].ScriptFlush(ctxT(t, 10*time.Second)).Err(); err != nil {
@@ -214,11 +237,15 @@ func TestBatchAfterTheNodesLostTheirScripts(t *testing.T) {
 			t.Fatalf("%s: %d acquisitions failed: %v", name, len(failed), errors.Join(failed...))
 		}
 		close(leases)
+		before := len(rec.snapshot().releases)
 		for le := range leases {
 			if err := le.Unlock(ctxT(t, 10*time.Second)); err != nil {
 				t.Fatal(err)
 			}
 		}
+		// Unlock returns at the majority; the next round starts once every
+		// node has answered, so that nothing of this one is still queued.
+		eventually(t, 30*time.Second, "every release has ended", func() bool { return len(rec.snapshot().releases) == before+n })
 	}
 	// The first round's batches load the scripts on every node; the
 	// second finds them gone.

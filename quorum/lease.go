@@ -428,6 +428,7 @@ func (le *Lease) Unlock(ctx context.Context) error {
 		return l.quorumError(OpRelease, le.key, base.ok, base.held, errs,
 			"the token was no longer on a majority (the lease had expired, was taken over, or nodes lost it)", ErrLeaseLost)
 	case base.ok >= l.quorum:
+		l.wk.released(le.key) // a waiter of this Locker may go now
 		return nil
 	}
 	qe := l.quorumError(OpRelease, le.key, base.ok, base.held, errs, "", ErrUnlockUnconfirmed)

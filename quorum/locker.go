@@ -306,12 +306,33 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 		wakeups  int
 	)
 	defer func() { l.wk.unregister(wt) }()
+	if attempts != 1 {
+		// Other Lock calls of this Locker wait for the key: take a place
+		// behind them instead of overtaking them the moment the key is
+		// released, so that they are served in order.
+		if wt = l.wk.join(key); wt != nil {
+			d := backoffDelay(0, l.cfg.retry.BaseDelay, l.cfg.retry.MaxDelay, mrand.Int64N)
+			if !deadline.IsZero() {
+				d = min(d, time.Until(deadline))
+			}
+			live, woken := l.await(ctx, wt, d, deadline)
+			if !live {
+				err := ctxError(ctx, "lock", key)
+				l.cfg.observer.ObserveAcquire(AcquireEvent{Key: key, Duration: time.Since(start), Result: resultOf(err), Err: err})
+				return nil, err
+			}
+			if woken {
+				wakeups++
+			}
+		}
+	}
 	for {
 		if ctxErr(ctx) != nil {
 			lastErr, canceled = ctxError(ctx, "lock", key), true
 			break
 		}
 		n++
+		l.wk.attempting(wt)
 		lease, err, retryable := l.attempt(ctx, key, wg)
 		if err == nil {
 			l.cfg.observer.ObserveAcquire(AcquireEvent{Key: key, Attempts: n, Wakeups: wakeups, Duration: time.Since(start), Result: ResultAcquired})
@@ -341,7 +362,7 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 		}
 		live, woken := true, false
 		if wt != nil {
-			live, woken = wt.wait(ctx, d)
+			live, woken = l.await(ctx, wt, d, deadline)
 		} else {
 			live = sleep(ctx, d)
 		}
@@ -360,6 +381,27 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 	}
 	l.cfg.observer.ObserveAcquire(AcquireEvent{Key: key, Attempts: n, Wakeups: wakeups, Duration: time.Since(start), Result: resultOf(lastErr), Err: lastErr})
 	return nil, lastErr
+}
+
+// await waits up to d for a release of wt's key. A waiter behind others
+// of this Locker does not try when its backoff ends: it keeps its place
+// and waits another backoff (up to deadline, when set), so that only the
+// oldest waiter polls. It reports whether ctx is still live and whether a
+// release ended the wait.
+func (l *Locker) await(ctx context.Context, wt *waiter, d time.Duration, deadline time.Time) (live, woken bool) {
+	for retry := 0; ; retry++ {
+		live, woken = wt.wait(ctx, d)
+		if !live || woken || l.wk.front(wt) {
+			return live, woken
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return true, false
+		}
+		d = backoffDelay(retry, l.cfg.retry.BaseDelay, l.cfg.retry.MaxDelay, mrand.Int64N)
+		if !deadline.IsZero() {
+			d = min(d, time.Until(deadline))
+		}
+	}
 }
 
 func resultOf(err error) Result {

@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -19,10 +20,12 @@ const ReleaseChannelPrefix = "quorumlock:released:"
 // waker wakes the Lock calls of this Locker that wait for a key when a
 // node announces its release. It keeps one Pub/Sub connection per node,
 // opened at the first wait, and subscribes each node to the channels of
-// the keys that have waiters. Waiters of a key are served oldest first: a
-// release message wakes the one that has waited longest, and the others
-// keep waiting (their backoff still runs, so a lost message costs latency,
-// never progress).
+// the keys that have waiters. Waiters of a key are served oldest first: the
+// one that has waited longest is woken once a majority of the nodes have
+// announced a release since its last attempt (each node announces after it
+// deleted the key there, so an attempt before that would be refused), and
+// the others keep waiting. Their backoff still runs, so a lost message
+// costs latency, never progress.
 type waker struct {
 	l *Locker
 
@@ -50,7 +53,13 @@ type waitQueue struct {
 // waiter is one Lock call waiting for a key.
 type waiter struct {
 	key  string
-	wake chan struct{} // capacity 1: a message while it is not waiting is kept
+	wake chan struct{} // capacity 1: a wake-up while it is not waiting is kept
+
+	// heard is the set of nodes that announced a release since the
+	// waiter's last attempt (nodes 0..63; others count in extra), under
+	// the waker's mu.
+	heard uint64
+	extra int
 }
 
 func newWaker(l *Locker) *waker {
@@ -81,6 +90,30 @@ func (w *waker) register(key string) *waiter {
 		w.sync()
 	}
 	return wt
+}
+
+// join queues a waiter for key behind those of this Locker already
+// waiting for it, or returns nil when there are none: a new Lock call must
+// not overtake them.
+func (w *waker) join(key string) *waiter {
+	w.mu.Lock()
+	q := w.keys[key]
+	if w.closed || q == nil || len(q.waiters) == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	wt := &waiter{key: key, wake: make(chan struct{}, 1)}
+	q.waiters = append(q.waiters, wt)
+	w.mu.Unlock()
+	return wt
+}
+
+// front reports whether wt is the oldest waiter of its key.
+func (w *waker) front(wt *waiter) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.keys[wt.key]
+	return q != nil && len(q.waiters) > 0 && q.waiters[0] == wt
 }
 
 // unregister removes a waiter; the last waiter of a key unsubscribes it.
@@ -117,7 +150,7 @@ func (w *waker) open() {
 		ps := n.client.Subscribe(context.Background())
 		w.subs[i] = ps
 		w.readers.Add(1)
-		go w.read(ps)
+		go w.read(i, ps)
 	}
 }
 
@@ -170,13 +203,13 @@ func (w *waker) sync() {
 	}
 }
 
-// read delivers one node's release messages until its connection closes.
-func (w *waker) read(ps *redis.PubSub) {
+// read delivers node i's release messages until its connection closes.
+func (w *waker) read(i int, ps *redis.PubSub) {
 	defer w.readers.Done()
 	for m := range ps.ChannelWithSubscriptions() {
 		switch m := m.(type) {
 		case *redis.Message:
-			w.wake(strings.TrimPrefix(m.Channel, ReleaseChannelPrefix))
+			w.wake(strings.TrimPrefix(m.Channel, ReleaseChannelPrefix), i)
 		case *redis.Subscription:
 			w.mu.Lock()
 			switch m.Kind {
@@ -192,15 +225,56 @@ func (w *waker) read(ps *redis.PubSub) {
 	}
 }
 
-// wake tells the oldest waiter of key that a node released it.
-func (w *waker) wake(key string) {
+// wake records that node announced a release of key, and wakes the oldest
+// waiter once a majority of the nodes have since its last attempt.
+func (w *waker) wake(key string, node int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.keys[key]
+	if q == nil || len(q.waiters) == 0 {
+		return
+	}
+	wt := q.waiters[0]
+	if node < 64 {
+		wt.heard |= 1 << uint(node)
+	} else {
+		wt.extra++
+	}
+	if bits.OnesCount64(wt.heard)+wt.extra < w.l.quorum {
+		return
+	}
+	select {
+	case wt.wake <- struct{}{}:
+	default: // it has a wake-up already
+	}
+}
+
+// released wakes the oldest waiter of key at once: this Locker's own
+// Unlock saw a majority release it, so there is no announcement to wait
+// for.
+func (w *waker) released(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if q := w.keys[key]; q != nil && len(q.waiters) > 0 {
 		select {
 		case q.waiters[0].wake <- struct{}{}:
-		default: // it has a wake-up already
+		default:
 		}
+	}
+}
+
+// attempting forgets the announcements a waiter heard: the attempt it is
+// about to make sees those releases.
+func (w *waker) attempting(wt *waiter) {
+	if wt == nil {
+		return
+	}
+	w.mu.Lock()
+	wt.heard, wt.extra = 0, 0
+	w.mu.Unlock()
+	select {
+	case <-wt.wake:
+	default:
 	}
 }
 

@@ -2,6 +2,7 @@ package quorum_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,5 +182,51 @@ func TestReleaseMessageIsOnlyAHint(t *testing.T) {
 	defer func() { _ = lease.Unlock(context.Background()) }()
 	if ev := rec.snapshot().acquires; len(ev) != 1 || ev[0].Attempts < 3 || ev[0].Wakeups < 2 {
 		t.Fatalf("acquire events %+v, want at least 3 attempts and 2 wake-ups", ev)
+	}
+}
+
+// TestNewLockCallsQueueBehindWaiters: a Lock call that finds waiters of
+// its Locker queued for the key takes its place behind them, even when it
+// comes the moment the key is released (the holder locking again at once,
+// as a busy loop does): it does not barge in ahead of them.
+func TestNewLockCallsQueueBehindWaiters(t *testing.T) {
+	r := newRig(t)
+	l := r.locker(t, patient()...)
+	k := key(t)
+	ctx := ctxT(t, slow(time.Minute))
+	first, err := l.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		order []string
+		wg    sync.WaitGroup
+	)
+	take := func(who string) {
+		lease, err := l.Lock(ctx, k)
+		if err != nil {
+			t.Errorf("%s: %v", who, err)
+			return
+		}
+		mu.Lock()
+		order = append(order, who)
+		mu.Unlock()
+		if err := lease.Unlock(context.Background()); err != nil {
+			t.Errorf("%s: unlock: %v", who, err)
+		}
+	}
+	for i, who := range []string{"w1", "w2"} {
+		wg.Go(func() { take(who) })
+		eventually(t, 10*time.Second, "the waiter queues", func() bool { return l.Waiting(k) == i+1 })
+	}
+	eventually(t, 10*time.Second, "the key's releases are announced", func() bool { return l.SubscribedBy(k) >= 3 })
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	take("again") // the holder, straight back
+	wg.Wait()
+	if got := strings.Join(order, ","); got != "w1,w2,again" {
+		t.Fatalf("acquired in the order %s, want w1,w2,again", got)
 	}
 }
