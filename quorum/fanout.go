@@ -40,23 +40,34 @@ type call struct {
 	cmdArgs  []any  // EVALSHA sha numkeys keys... args...: built once, sent to every node
 	n        int    // requests sent
 	targets  []int  // the nodes asked; nil means every node
-	results  chan nodeResult
-	left     atomic.Int32
-	wg       *sync.WaitGroup
+	// The answers, in arrival order: the workers add them (add), the
+	// caller takes them (take, next). ready signals a new one.
+	mu     sync.Mutex
+	res    []nodeResult // in resBuf while there is room
+	resBuf [8]nodeResult
+	taken  int
+	ready  chan struct{} // capacity 1
+	left   atomic.Int32
+	wg     *sync.WaitGroup
 
 	// record, when set, sees every answer as it arrives, even after the
 	// caller stopped reading: the way a call that returned early still
 	// learns how its stragglers ended.
-	record func(nodeResult)
+	record recorder
 	// stop ends the caller's wait (next) without cancelling the requests:
 	// set for detached calls, whose requests run to their own deadline
 	// whatever happens to the caller's context.
 	stop <-chan struct{}
 }
 
+// recorder sees each answer of a call as it arrives (see call.record).
+type recorder interface {
+	record(nodeResult)
+}
+
 // callOpts are the optional parts of a call.
 type callOpts struct {
-	record   func(nodeResult)
+	record   recorder
 	detached bool
 }
 
@@ -85,7 +96,7 @@ func (l *Locker) startCall(ctx context.Context, op Op, deadline time.Time, s *lu
 	if targets != nil {
 		n = len(targets)
 	}
-	c := &call{l: l, op: op, parent: ctx, deadline: deadline, timeout: time.Until(deadline), script: s, key: key, cmdArgs: cmdArgs, n: n, targets: targets, results: make(chan nodeResult, n), wg: wg,
+	c := &call{l: l, op: op, parent: ctx, deadline: deadline, timeout: time.Until(deadline), script: s, key: key, cmdArgs: cmdArgs, n: n, targets: targets, ready: make(chan struct{}, 1), wg: wg,
 		record: o.record}
 	if o.detached {
 		c.ctx, c.cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline)
@@ -107,9 +118,9 @@ func (l *Locker) startCall(ctx context.Context, op Op, deadline time.Time, s *lu
 			}
 			r := nodeResult{node: node, err: ErrClosed}
 			if c.record != nil {
-				c.record(r)
+				c.record.record(r)
 			}
-			c.results <- r
+			c.add(r)
 		}
 		c.cancel()
 		return c
@@ -166,22 +177,48 @@ func (c *call) timeoutError() error {
 	return fmt.Errorf("%w: no answer within %v", ErrNodeTimeout, c.timeout.Round(time.Millisecond))
 }
 
+// add records an answer; it never blocks.
+func (c *call) add(r nodeResult) {
+	c.mu.Lock()
+	if c.res == nil {
+		c.res = c.resBuf[:0]
+	}
+	c.res = append(c.res, r)
+	c.mu.Unlock()
+	select {
+	case c.ready <- struct{}{}:
+	default: // the reader has a signal pending already
+	}
+}
+
+// take returns the oldest answer not taken yet, if any.
+func (c *call) take() (nodeResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.taken < len(c.res) {
+		r := c.res[c.taken]
+		c.taken++
+		return r, true
+	}
+	return nodeResult{}, false
+}
+
 // next returns the next answer. It returns false once the deadline passed
-// (or the parent context ended) and no answer is buffered. Answers that
+// (or the parent context ended) and no answer is waiting. Answers that
 // arrived before the call's context was cancelled are always returned: the
 // last request cancels the context only after delivering its answer.
 func (c *call) next() (nodeResult, bool) {
-	select {
-	case r := <-c.results:
-		return r, true
-	case <-c.ctx.Done():
-	case <-c.stop: // nil unless detached
-	}
-	select {
-	case r := <-c.results:
-		return r, true
-	default:
-		return nodeResult{}, false
+	for {
+		if r, ok := c.take(); ok {
+			return r, true
+		}
+		select {
+		case <-c.ready:
+			continue
+		case <-c.ctx.Done():
+		case <-c.stop: // nil unless detached
+		}
+		return c.take()
 	}
 }
 
@@ -231,9 +268,9 @@ func (c *call) deliver(i int, v int64, err error) {
 	}
 	r := nodeResult{node: i, val: v, err: err}
 	if c.record != nil {
-		c.record(r)
+		c.record.record(r)
 	}
-	c.results <- r
+	c.add(r)
 	if c.left.Add(-1) == 0 {
 		c.cancel()
 	}

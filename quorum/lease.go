@@ -409,14 +409,15 @@ func (le *Lease) Unlock(ctx context.Context) error {
 			deadline = d
 		}
 		rr := &releaseRound{le: le, start: start}
+		rr.args = [...]any{"evalsha", l.releaseScript.bsha, 1, le.bkey, le.btoken}
 		rr.left.Store(int32(len(targets)))
 		rr.parties.Store(2)
 		var tg []int // nil: every node, the usual first Unlock
 		if len(targets) < n {
 			tg = slices.Clone(targets)
 		}
-		c := l.fanOutWith(ctx, OpRelease, deadline, l.releaseScript, le.key, l.releaseScript.evalsha(le.bkey, le.btoken), tg, le.wg,
-			callOpts{record: rr.record, detached: true})
+		c := l.fanOutWith(ctx, OpRelease, deadline, l.releaseScript, le.key, rr.args[:], tg, le.wg,
+			callOpts{record: rr, detached: true})
 		var stBuf [16]uint8
 		v := l.collectFrom(c, true, classifyRelease, states(stBuf[:], n), base)
 		errs = v.errs
@@ -446,6 +447,7 @@ func (le *Lease) Unlock(ctx context.Context) error {
 type releaseRound struct {
 	le      *Lease
 	start   time.Time
+	args    [5]any        // the release's EVALSHA arguments, in the same allocation
 	decided time.Duration // how long the caller waited; written before its party leaves
 
 	left                       atomic.Int32 // requests still out

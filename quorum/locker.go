@@ -558,12 +558,15 @@ func (l *Locker) drain(ctx context.Context, key, token string, now []int, unread
 	var grace <-chan time.Time // armed once c's deadline passed
 	done := c.ctx.Done()
 	for got := 0; got < unread; {
-		select {
-		case r := <-c.results:
+		if r, ok := c.take(); ok {
 			got++
 			if r.err != nil || r.val == 1 {
 				l.release(ctx, keys, args, []int{r.node}, wg)
 			}
+			continue
+		}
+		select {
+		case <-c.ready:
 		case <-done:
 			// The caller may have cancelled early: wait out the call's own
 			// deadline, then one node timeout more.
