@@ -14,7 +14,7 @@ export QUORUMLOCK_TESTBED ?= auto
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images lint test test-go test-local bench lockbench fuzz demo build compose-up compose-down clean
+.PHONY: help deps images lint test test-go test-local bench lockbench orderbench fuzz demo build compose-up compose-down clean
 
 help:
 	@echo "make demo    start the test bed and run the main job"
@@ -22,7 +22,8 @@ help:
 	@echo "make images  build the local Redis and Postgres images from Debian packages"
 	@echo "make deps    install redis-server, postgresql and debootstrap when missing"
 	@echo "make bench   the benchmarks"
-	@echo "make lockbench  quorumlock vs redsync vs a single-node lock, side by side"
+	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
+	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
 	@echo "make fuzz    run each fuzz target for a while"
 	@echo "make compose-up / compose-down  the docker-compose stack (5 masters, Postgres, 3 ordersd)"
 
@@ -60,7 +61,10 @@ bench: images
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
 
 lockbench: images
-	$(GO) run ./cmd/lockbench
+	$(GO) run ./cmd/lockbench -json lockbench.json -plot lockbench.png
+
+orderbench: images
+	$(GO) run ./cmd/orderbench
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

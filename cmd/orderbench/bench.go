@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// bench is the command's bed, database and the one HTTP client every
+// simulated user shares.
+type bench struct {
+	cfg      config
+	bed      *testbed.Bed
+	provider string
+	// runID names the database and prefixes every user id, so runs never
+	// share one.
+	runID string
+	// dsn is the fresh, migrated database the instances share.
+	dsn string
+	// admin is a small pool of the command's own, for seeding and checks.
+	admin *pgxpool.Pool
+	st    *store.Store
+	// secret signs the users' bearer tokens; verifier checks them.
+	secret   []byte
+	verifier *auth.Verifier
+	// transport and client carry every user's requests.
+	transport *http.Transport
+	client    *http.Client
+	progress  *progress
+}
+
+// setUp starts the bed, vouches for its brand-new Redis masters, creates
+// and migrates a fresh database, and opens the shared HTTP client.
+func setUp(ctx context.Context, cfg config) (b *bench, err error) {
+	var id [4]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("run id: %w", err)
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("token secret: %w", err)
+	}
+	verifier, err := auth.NewVerifier(secret)
+	if err != nil {
+		return nil, fmt.Errorf("token verifier: %w", err)
+	}
+	b = &bench{cfg: cfg, runID: hex.EncodeToString(id[:]), secret: secret, verifier: verifier}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	bed, err := testbed.New(ctx, testbed.Options{Redis: redisNodes, Postgres: true, AppendFsync: cfg.fsync})
+	if err != nil {
+		return nil, fmt.Errorf("start the test bed: %w", err)
+	}
+	b.bed = bed
+	b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + cfg.fsync
+	for _, n := range bed.Redis {
+		// Brand-new nodes never held a lock: let them vote at once.
+		a := n.Admin()
+		err := quorum.TrustNode(ctx, a)
+		_ = a.Close()
+		if err != nil {
+			return nil, fmt.Errorf("trust %s: %w", n.Name(), err)
+		}
+	}
+	if b.dsn, err = createDatabase(ctx, bed.Postgres.DSN(), "orderbench_"+b.runID); err != nil {
+		return nil, err
+	}
+	if _, err := store.MigrateDSN(ctx, b.dsn); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(b.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	pcfg.MaxConns = 4
+	if b.admin, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("open the admin pool: %w", err)
+	}
+	if b.st, err = store.New(b.admin); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	b.transport = &http.Transport{
+		MaxIdleConns:        2 * cfg.clients,
+		MaxIdleConnsPerHost: cfg.clients,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	b.client = &http.Client{Transport: b.transport}
+	return b, nil
+}
+
+// createDatabase creates the database name on the server of mainDSN and
+// returns its DSN.
+func createDatabase(ctx context.Context, mainDSN, name string) (string, error) {
+	u, err := url.Parse(mainDSN)
+	if err != nil {
+		return "", fmt.Errorf("database URL: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, mainDSN)
+	if err != nil {
+		return "", fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// close releases everything setUp opened; the bed takes the database with
+// it.
+func (b *bench) close() {
+	if b.transport != nil {
+		b.transport.CloseIdleConnections()
+	}
+	if b.admin != nil {
+		b.admin.Close()
+	}
+	if b.bed != nil {
+		_ = b.bed.Close()
+	}
+}
+
+// runAll runs every (scenario, mode) pair, scenario by scenario, in the
+// order of the flags.
+func (b *bench) runAll(ctx context.Context) ([]*runResult, error) {
+	b.progress = newProgress(len(b.cfg.scenarios)*len(b.cfg.modes), b.cfg.quiet)
+	defer b.progress.finish()
+	var res []*runResult
+	for _, sc := range b.cfg.scenarios {
+		for _, mode := range b.cfg.modes {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			b.progress.start(sc + "/" + mode)
+			r, err := b.runOne(ctx, sc, mode)
+			if err != nil {
+				return nil, fmt.Errorf("%s/%s: %w", sc, mode, err)
+			}
+			res = append(res, r)
+			b.progress.done()
+		}
+	}
+	return res, nil
+}

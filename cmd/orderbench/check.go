@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// checkResult is the database check of one run, made once every loop has
+// stopped and every instance is closed. The database must hold an order
+// for every 201 answer, and for nothing else but requests whose outcome
+// the client could not learn; and the stock must have gone down by
+// exactly the units those orders hold.
+type checkResult struct {
+	OK bool `json:"ok"`
+	// Created counts the run's 201 answers, warm-up included.
+	Created int `json:"created_answers"`
+	// Uncertain counts requests with no answer or a 503 outcome_unknown;
+	// UncertainCreated how many of them the database holds an order for.
+	Uncertain        int `json:"uncertain"`
+	UncertainCreated int `json:"uncertain_created"`
+	// Orders and Units are the orders the database holds for the run's
+	// users and the units they hold; StockTaken is how much the stock of
+	// the run's products went down.
+	Orders     int   `json:"orders_in_db"`
+	Units      int64 `json:"units_in_db"`
+	StockTaken int64 `json:"stock_taken"`
+	// Missing counts 201 answers without an order, Unexpected orders that
+	// no 201 (nor uncertain request) accounts for, WrongProduct orders of
+	// a product their user did not order.
+	Missing      int `json:"missing"`
+	Unexpected   int `json:"unexpected"`
+	WrongProduct int `json:"wrong_product"`
+	// Problem says what is wrong when OK is false.
+	Problem string `json:"problem,omitempty"`
+}
+
+// orderRow is one order of the database, as the check reads it.
+type orderRow struct {
+	user, key, product string
+	quantity           int64
+}
+
+// check reads the run's orders and its products' stock, and compares them
+// with what the users were told. stockBefore is the run's products' total
+// stock when it started.
+func (b *bench) check(ctx context.Context, users []user, tallies []*tally, stockBefore int64) (checkResult, error) {
+	ids := make([]string, len(users))
+	products := map[string]bool{}
+	for i, u := range users {
+		ids[i] = u.id
+		products[u.product] = true
+	}
+	rec := newReconciler(users)
+	rows, err := b.admin.Query(ctx, `SELECT user_id, idempotency_key, product_id, quantity FROM orders WHERE user_id = ANY($1)`, ids)
+	if err != nil {
+		return checkResult{}, fmt.Errorf("read orders: %w", err)
+	}
+	for rows.Next() {
+		var o orderRow
+		if err := rows.Scan(&o.user, &o.key, &o.product, &o.quantity); err != nil {
+			rows.Close()
+			return checkResult{}, fmt.Errorf("read orders: %w", err)
+		}
+		rec.add(o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return checkResult{}, fmt.Errorf("read orders: %w", err)
+	}
+	names := make([]string, 0, len(products))
+	for p := range products {
+		names = append(names, p)
+	}
+	var after int64
+	if err := b.admin.QueryRow(ctx, `SELECT coalesce(sum(available), 0)::bigint FROM product_stock WHERE product_id = ANY($1)`, names).Scan(&after); err != nil {
+		return checkResult{}, fmt.Errorf("read stock: %w", err)
+	}
+	return rec.finish(tallies, stockBefore-after), nil
+}
+
+// reconciler matches the orders of a run's users, fed one by one, with the
+// answers the users got.
+type reconciler struct {
+	users []user
+	index map[string]int
+	// found[i] holds the request numbers of users[i]'s orders.
+	found []map[int]bool
+	c     checkResult
+}
+
+// newReconciler returns a reconciler for users.
+func newReconciler(users []user) *reconciler {
+	r := &reconciler{users: users, index: make(map[string]int, len(users)), found: make([]map[int]bool, len(users))}
+	for i, u := range users {
+		r.index[u.id] = i
+		r.found[i] = map[int]bool{}
+	}
+	return r
+}
+
+// add counts one order.
+func (r *reconciler) add(o orderRow) {
+	r.c.Orders++
+	r.c.Units += o.quantity
+	i, ok := r.index[o.user]
+	if !ok {
+		r.c.Unexpected++
+		return
+	}
+	if o.product != r.users[i].product {
+		r.c.WrongProduct++
+	}
+	n, ok := seqOf(o.key)
+	if !ok || r.found[i][n] {
+		r.c.Unexpected++ // not a key the user sent, or twice (the unique constraint forbids it)
+		return
+	}
+	r.found[i][n] = true
+}
+
+// finish matches the orders added with tallies (tallies[i] is users[i]'s)
+// and gives the verdict. stockTaken is how much the stock of the users'
+// products went down.
+func (r *reconciler) finish(tallies []*tally, stockTaken int64) checkResult {
+	c := r.c
+	c.StockTaken = stockTaken
+	for i, t := range tallies {
+		c.Created += len(t.createdSeqs)
+		c.Uncertain += len(t.uncertainSeqs)
+		for _, n := range t.createdSeqs {
+			if !r.found[i][n] {
+				c.Missing++
+			}
+			delete(r.found[i], n)
+		}
+		for _, n := range t.uncertainSeqs {
+			if r.found[i][n] {
+				c.UncertainCreated++
+			}
+			delete(r.found[i], n)
+		}
+		c.Unexpected += len(r.found[i])
+	}
+	c.OK, c.Problem = c.verdict()
+	return c
+}
+
+// verdict says whether the figures agree, and if not how.
+func (c checkResult) verdict() (bool, string) {
+	want := c.Created + c.UncertainCreated
+	var bad []string
+	if c.Orders != want {
+		bad = append(bad, fmt.Sprintf("%d orders for %d 201 answers and %d uncertain requests that took effect", c.Orders, c.Created, c.UncertainCreated))
+	}
+	if c.Missing > 0 {
+		bad = append(bad, fmt.Sprintf("%d 201 answers without an order", c.Missing))
+	}
+	if c.Unexpected > 0 {
+		bad = append(bad, fmt.Sprintf("%d orders no 201 answer accounts for", c.Unexpected))
+	}
+	if c.WrongProduct > 0 {
+		bad = append(bad, fmt.Sprintf("%d orders of the wrong product", c.WrongProduct))
+	}
+	if c.Units != int64(want) {
+		bad = append(bad, fmt.Sprintf("the orders hold %d units, want %d (one per order)", c.Units, want))
+	}
+	if c.StockTaken != int64(want) {
+		bad = append(bad, fmt.Sprintf("stock went down by %d, want %d", c.StockTaken, want))
+	}
+	return len(bad) == 0, strings.Join(bad, "; ")
+}

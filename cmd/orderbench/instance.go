@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Settings the instances share with ordersd's defaults.
+const (
+	// lockTTL is ordersd's ORDERS_LOCK_TTL default.
+	lockTTL = 5 * time.Second
+	// processingLease is ordersd's ORDERS_PROCESSING_LEASE default; it
+	// must exceed the lock wait by more than a second (see ordersd).
+	processingLease = 10 * time.Second
+	// redisPoolSize is ordersd's go-redis pool size per node; an instance
+	// gets at least one connection per client on top of it, so the pool
+	// never makes a lock call wait for a connection.
+	redisPoolSize = 64
+)
+
+// instance is one ordersd-equivalent: its own pool, Redis clients, lock,
+// idempotency store and service, behind its own loopback HTTP server.
+type instance struct {
+	pool    *pgxpool.Pool
+	clients []redis.UniversalClient
+	locker  *quorum.Locker // nil in db mode
+	srv     *httptest.Server
+}
+
+// startInstances starts instancesPerRun instances in mode (modeLock or
+// modeDB). On error it closes what it started.
+func (b *bench) startInstances(ctx context.Context, mode string) (_ []*instance, err error) {
+	var ins []*instance
+	defer func() {
+		if err != nil {
+			closeInstances(ins)
+		}
+	}()
+	for i := range instancesPerRun {
+		in, err := b.startInstance(ctx, mode)
+		if in != nil {
+			ins = append(ins, in)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("instance %d: %w", i+1, err)
+		}
+	}
+	return ins, nil
+}
+
+// startInstance starts one instance. It returns what it opened even on
+// error, for the caller to close.
+func (b *bench) startInstance(ctx context.Context, mode string) (*instance, error) {
+	pcfg, err := pgxpool.ParseConfig(b.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	if b.cfg.poolConns > 0 {
+		pcfg.MaxConns = int32(b.cfg.poolConns)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("open a pool: %w", err)
+	}
+	in := &instance{pool: pool}
+	for _, n := range b.bed.Redis {
+		o := testbed.ClientOptions(n.DirectAddr())
+		o.PoolSize = max(redisPoolSize, b.cfg.clients)
+		in.clients = append(in.clients, redis.NewClient(o))
+	}
+	st, err := store.New(pool)
+	if err != nil {
+		return in, fmt.Errorf("store: %w", err)
+	}
+	issuer, err := fencing.NewIssuer(pool)
+	if err != nil {
+		return in, fmt.Errorf("fence issuer: %w", err)
+	}
+	claims, err := idem.New(in.clients, idem.WithLease(processingLease))
+	if err != nil {
+		return in, fmt.Errorf("idempotency store: %w", err)
+	}
+	opts := []orders.Option{orders.WithIdempotency(claims)}
+	if mode == modeLock {
+		in.locker, err = quorum.New(in.clients, quorum.WithTTL(lockTTL), quorum.WithMaxWait(b.cfg.lockWait),
+			quorum.WithFencer(issuer))
+		if err != nil {
+			return in, fmt.Errorf("lock: %w", err)
+		}
+		opts = append(opts, orders.WithLocker(orders.QuorumLocker(in.locker)))
+	}
+	svc, err := orders.New(st, issuer, opts...)
+	if err != nil {
+		return in, fmt.Errorf("service: %w", err)
+	}
+	in.srv = httptest.NewServer(svc.Handler(b.verifier))
+	return in, nil
+}
+
+// close stops the server (waiting for requests in flight), then closes the
+// lock, the Redis clients and the pool.
+func (in *instance) close() error {
+	if in.srv != nil {
+		in.srv.Close()
+	}
+	var errs []error
+	if in.locker != nil {
+		errs = append(errs, in.locker.Close())
+	}
+	for _, c := range in.clients {
+		errs = append(errs, c.Close())
+	}
+	in.pool.Close()
+	return errors.Join(errs...)
+}
+
+// closeInstances closes every instance of ins.
+func closeInstances(ins []*instance) error {
+	var errs []error
+	for _, in := range ins {
+		errs = append(errs, in.close())
+	}
+	return errors.Join(errs...)
+}
