@@ -36,6 +36,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -61,6 +62,7 @@ type config struct {
 	slowLatency time.Duration
 	jsonPath    string
 	plotPath    string
+	cpuProfile  string
 	quiet       bool
 }
 
@@ -93,6 +95,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "draw latency CDFs, one panel per scenario, into this PNG file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar on stderr")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs (bed start-up excluded) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -172,6 +175,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer b.close()
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := b.runAll(ctx)
 	if err != nil {
 		return err
