@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/benchkit"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -25,7 +26,7 @@ type bench struct {
 	// fault scenarios (nil when none runs).
 	directClients, proxiedClients []redis.UniversalClient
 	direct, proxied               *contenderSet
-	progress                      *progress
+	progress                      *benchkit.Progress
 }
 
 // setUp starts the bed (without -addrs), opens the clients, builds and
@@ -156,8 +157,8 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 		}
 		total += n * b.cfg.rounds
 	}
-	b.progress = newProgress(total, b.cfg.quiet)
-	defer b.progress.finish()
+	b.progress = benchkit.NewProgress("lockbench", total, b.cfg.quiet)
+	defer b.progress.Finish()
 	for _, sc := range b.cfg.scenarios {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -217,7 +218,7 @@ func (b *bench) runClean(ctx context.Context, sc scenario) *scenarioRun {
 			}
 			i := (round + k) % len(cs)
 			c := cs[i]
-			b.progress.start(fmt.Sprintf("%s r%d %s", sc.name, round+1, c.name))
+			b.progress.Start(fmt.Sprintf("%s r%d %s", sc.name, round+1, c.name))
 			prefix := fmt.Sprintf("lockbench:%s:%s:%s:%d", b.runID, sc.name, c.name, round)
 			var s sample
 			if sc.kind == kindHot {
@@ -226,7 +227,7 @@ func (b *bench) runClean(ctx context.Context, sc scenario) *scenarioRun {
 				s = measureSolo(ctx, c, keys(prefix, b.cfg.ops), sc.workers, 0, 0)
 			}
 			r.tallies[i].add(s, sc.kind == kindHot)
-			b.progress.done()
+			b.progress.Done()
 		}
 	}
 	return r
@@ -253,10 +254,10 @@ func (b *bench) runFault(ctx context.Context, sc scenario) (*scenarioRun, error)
 			}
 			i := (round + k) % len(cs)
 			c := cs[i]
-			b.progress.start(fmt.Sprintf("%s r%d %s %s", sc.name, round+1, name, c.name))
+			b.progress.Start(fmt.Sprintf("%s r%d %s %s", sc.name, round+1, name, c.name))
 			prefix := fmt.Sprintf("lockbench:%s:%s:%s:%s:%d", b.runID, sc.name, name, c.name, round)
 			into[i].add(measureSolo(ctx, c, keys(prefix, b.cfg.ops), sc.workers, b.cfg.opTimeout, b.cfg.faultBudget), false)
-			b.progress.done()
+			b.progress.Done()
 		}
 	}
 	for round := range b.cfg.rounds {

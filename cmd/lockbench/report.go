@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/benchkit"
 )
 
 // runJSON is every figure of a run, as -json writes it. Durations are in
@@ -53,22 +55,22 @@ type scenarioJSON struct {
 // allocation count over the contender's measured runs divided by its
 // attempted pairs.
 type contenderJSON struct {
-	Name               string         `json:"name"`
-	ThroughputPerRound []float64      `json:"throughput_per_round"`
-	MedianThroughput   float64        `json:"median_throughput"`
-	Ops                int            `json:"ops"`
-	Errors             int            `json:"errors"`
-	FirstError         string         `json:"first_error,omitempty"`
-	AllocsPerOp        float64        `json:"allocs_per_op"`
-	Acquire            latencyStats   `json:"acquire"`
-	Pair               latencyStats   `json:"pair"`
-	MinShare           *float64       `json:"min_share,omitempty"`
-	MinSharePerRound   []float64      `json:"min_share_per_round,omitempty"`
-	PerWorker          [][]int        `json:"acquisitions_per_worker,omitempty"`
-	VsRedsync          *float64       `json:"throughput_vs_redsync,omitempty"`
-	VsQuorumlock       *float64       `json:"throughput_vs_quorumlock,omitempty"`
-	Baseline           *contenderJSON `json:"baseline,omitempty"`
-	PairP50VsBaseline  *float64       `json:"pair_p50_vs_baseline,omitempty"`
+	Name               string                `json:"name"`
+	ThroughputPerRound []float64             `json:"throughput_per_round"`
+	MedianThroughput   float64               `json:"median_throughput"`
+	Ops                int                   `json:"ops"`
+	Errors             int                   `json:"errors"`
+	FirstError         string                `json:"first_error,omitempty"`
+	AllocsPerOp        float64               `json:"allocs_per_op"`
+	Acquire            benchkit.LatencyStats `json:"acquire"`
+	Pair               benchkit.LatencyStats `json:"pair"`
+	MinShare           *float64              `json:"min_share,omitempty"`
+	MinSharePerRound   []float64             `json:"min_share_per_round,omitempty"`
+	PerWorker          [][]int               `json:"acquisitions_per_worker,omitempty"`
+	VsRedsync          *float64              `json:"throughput_vs_redsync,omitempty"`
+	VsQuorumlock       *float64              `json:"throughput_vs_quorumlock,omitempty"`
+	Baseline           *contenderJSON        `json:"baseline,omitempty"`
+	PairP50VsBaseline  *float64              `json:"pair_p50_vs_baseline,omitempty"`
 }
 
 // scenarioCurve is the latencies one plot line is drawn from.
@@ -108,7 +110,7 @@ func summarizeRun(res *results) runJSON {
 				b := contenderFigures(r.baselines[i], false)
 				cj.Baseline = &b
 				if b.Pair.Count > 0 && cj.Pair.Count > 0 {
-					cj.PairP50VsBaseline = ptr(ratio(float64(cj.Pair.P50ns), float64(b.Pair.P50ns)))
+					cj.PairP50VsBaseline = ptr(benchkit.Ratio(float64(cj.Pair.P50ns), float64(b.Pair.P50ns)))
 				}
 				curve.baseline = r.baselines[i].pair
 			}
@@ -120,7 +122,7 @@ func summarizeRun(res *results) runJSON {
 				if ref.MedianThroughput <= 0 {
 					continue
 				}
-				x := ptr(ratio(sj.Contenders[i].MedianThroughput, ref.MedianThroughput))
+				x := ptr(benchkit.Ratio(sj.Contenders[i].MedianThroughput, ref.MedianThroughput))
 				switch ref.Name {
 				case nameRedsync:
 					sj.Contenders[i].VsRedsync = x
@@ -137,8 +139,8 @@ func summarizeRun(res *results) runJSON {
 // contenderFigures summarises one tally.
 func contenderFigures(t *tally, hot bool) contenderJSON {
 	cj := contenderJSON{
-		Name: t.name, ThroughputPerRound: t.throughput, MedianThroughput: median(t.throughput),
-		Ops: t.ok, Errors: t.errors, Acquire: summarize(t.acquire), Pair: summarize(t.pair),
+		Name: t.name, ThroughputPerRound: t.throughput, MedianThroughput: benchkit.Median(t.throughput),
+		Ops: t.ok, Errors: t.errors, Acquire: benchkit.Summarize(t.acquire), Pair: benchkit.Summarize(t.pair),
 	}
 	if cj.ThroughputPerRound == nil {
 		cj.ThroughputPerRound = []float64{}
@@ -150,7 +152,7 @@ func contenderFigures(t *tally, hot bool) contenderJSON {
 		cj.AllocsPerOp = float64(t.mallocs) / float64(n)
 	}
 	if hot {
-		cj.MinShare = ptr(median(t.shares))
+		cj.MinShare = ptr(benchkit.Median(t.shares))
 		cj.MinSharePerRound = t.shares
 		cj.PerWorker = t.perWorker
 	}
@@ -194,14 +196,14 @@ func report(out io.Writer, s runJSON) {
 		}
 		for _, cj := range sj.Contenders {
 			cells := []string{cj.Name, fmt.Sprintf("%.0f", cj.MedianThroughput),
-				fmtLatency(cj.Acquire.P50ns, cj.Acquire.Count), fmtLatency(cj.Acquire.P99ns, cj.Acquire.Count), fmtLatency(cj.Acquire.P999ns, cj.Acquire.Count),
-				fmtLatency(cj.Pair.P50ns, cj.Pair.Count), fmtLatency(cj.Pair.P99ns, cj.Pair.Count), fmtLatency(cj.Pair.P999ns, cj.Pair.Count)}
+				benchkit.FormatLatency(cj.Acquire.P50ns, cj.Acquire.Count), benchkit.FormatLatency(cj.Acquire.P99ns, cj.Acquire.Count), benchkit.FormatLatency(cj.Acquire.P999ns, cj.Acquire.Count),
+				benchkit.FormatLatency(cj.Pair.P50ns, cj.Pair.Count), benchkit.FormatLatency(cj.Pair.P99ns, cj.Pair.Count), benchkit.FormatLatency(cj.Pair.P999ns, cj.Pair.Count)}
 			if cj.MinShare != nil {
 				cells = append(cells, fmt.Sprintf("%.2f", *cj.MinShare))
 			}
 			cells = append(cells, fmt.Sprint(cj.Errors), fmt.Sprintf("%.0f", cj.AllocsPerOp))
 			if cj.Baseline != nil {
-				cells = append(cells, fmtLatency(cj.Baseline.Pair.P50ns, cj.Baseline.Pair.Count), fmtRatio(cj.PairP50VsBaseline))
+				cells = append(cells, benchkit.FormatLatency(cj.Baseline.Pair.P50ns, cj.Baseline.Pair.Count), fmtRatio(cj.PairP50VsBaseline))
 			}
 			cells = append(cells, fmtRatio(cj.VsRedsync), fmtRatio(cj.VsQuorumlock))
 			fmt.Fprintf(out, "| %s |\n", strings.Join(cells, " | "))
@@ -235,24 +237,6 @@ func describe(sj scenarioJSON, c config) string {
 	default:
 		return fmt.Sprintf("%s frozen (SIGSTOP), 1 worker, up to %d pairs or %v per round, each pair within %v, through the proxies", sj.FaultNode, c.ops, c.faultBudget, c.opTimeout)
 	}
-}
-
-// fmtLatency prints a latency in ns to a useful precision, or "-" when
-// there were no samples.
-func fmtLatency(ns int64, count int) string {
-	if count == 0 {
-		return "-"
-	}
-	d := time.Duration(ns)
-	switch {
-	case d >= 100*time.Millisecond:
-		d = d.Round(time.Millisecond)
-	case d >= time.Millisecond:
-		d = d.Round(10 * time.Microsecond)
-	default:
-		d = d.Round(time.Microsecond)
-	}
-	return d.String()
 }
 
 // fmtRatio prints a ratio as "1.07x", or "n/a" when there is none.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/benchkit"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -38,7 +39,7 @@ type bench struct {
 	// transport and client carry every user's requests.
 	transport *http.Transport
 	client    *http.Client
-	progress  *progress
+	progress  *benchkit.Progress
 }
 
 // setUp starts the bed, vouches for its brand-new Redis masters, creates
@@ -140,21 +141,21 @@ func (b *bench) close() {
 // runAll runs every (scenario, mode) pair, scenario by scenario, in the
 // order of the flags.
 func (b *bench) runAll(ctx context.Context) ([]*runResult, error) {
-	b.progress = newProgress(len(b.cfg.scenarios)*len(b.cfg.modes), b.cfg.quiet)
-	defer b.progress.finish()
+	b.progress = benchkit.NewProgress("orderbench", len(b.cfg.scenarios)*len(b.cfg.modes), b.cfg.quiet)
+	defer b.progress.Finish()
 	var res []*runResult
 	for _, sc := range b.cfg.scenarios {
 		for _, mode := range b.cfg.modes {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			b.progress.start(sc + "/" + mode)
+			b.progress.Start(sc + "/" + mode)
 			r, err := b.runOne(ctx, sc, mode)
 			if err != nil {
 				return nil, fmt.Errorf("%s/%s: %w", sc, mode, err)
 			}
 			res = append(res, r)
-			b.progress.done()
+			b.progress.Done()
 		}
 	}
 	return res, nil

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/benchkit"
 )
 
 func TestMain(m *testing.M) {
@@ -84,15 +85,15 @@ func TestParseRejectsBadFlags(t *testing.T) {
 }
 
 func TestLatencies(t *testing.T) {
-	if got := latencies(nil); got != (latencyStats{}) {
+	if got := benchkit.Summarize(nil); got != (benchkit.LatencyStats{}) {
 		t.Fatalf("empty: %+v", got)
 	}
 	var ds []time.Duration
 	for i := 1000; i >= 1; i-- {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
-	got := latencies(ds)
-	want := latencyStats{Count: 1000, P50ns: int64(500 * time.Millisecond), P99ns: int64(990 * time.Millisecond),
+	got := benchkit.Summarize(ds)
+	want := benchkit.LatencyStats{Count: 1000, P50ns: int64(500 * time.Millisecond), P99ns: int64(990 * time.Millisecond),
 		P999ns: int64(999 * time.Millisecond), MaxNs: int64(time.Second)}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
@@ -263,8 +264,12 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatalf("json: %d runs, %d comparisons", len(s.Runs), len(s.Comparisons))
 	}
 	for _, r := range s.Runs {
-		if r.CreatedPerSec <= 0 || r.Latency201.Count == 0 || r.Latency201.P50ns <= 0 {
-			t.Errorf("%s/%s: no throughput: %+v", r.Scenario, r.Mode, r)
+		// The window is short: on a loaded machine a run's first answers
+		// can all come after it, so the figures of the window may be zero.
+		// Every run must still have placed orders and pass the check.
+		if r.Sent == 0 || r.Check.Created == 0 || r.Latency201.Count != r.Created ||
+			(r.Created > 0 && (r.Latency201.P50ns <= 0 || r.CreatedPerSec <= 0)) {
+			t.Errorf("%s/%s: figures: %+v", r.Scenario, r.Mode, r)
 		}
 		if !r.Check.OK || r.Check.Orders < r.Created || r.Check.Orders == 0 || r.Check.StockTaken != int64(r.Check.Orders) {
 			t.Errorf("%s/%s: check: %+v", r.Scenario, r.Mode, r.Check)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/benchkit"
 )
 
 // summaryJSON is every figure of a command run, as -json writes it.
@@ -44,18 +46,18 @@ type configJSON struct {
 // latencies and Other cover the measured window: requests sent and
 // answered within it. Check covers the whole run.
 type runJSON struct {
-	Scenario       string         `json:"scenario"`
-	Mode           string         `json:"mode"`
-	WindowNs       int64          `json:"window_ns"`
-	Requests       int            `json:"requests"`
-	RequestsPerSec float64        `json:"requests_per_sec"`
-	Created        int            `json:"created"`
-	CreatedPerSec  float64        `json:"created_per_sec"`
-	Latency201     latencyStats   `json:"latency_201"`
-	Other          map[string]int `json:"other_answers"`
-	Sent           int            `json:"sent_in_run"`
-	FirstError     string         `json:"first_transport_error,omitempty"`
-	Check          checkResult    `json:"check"`
+	Scenario       string                `json:"scenario"`
+	Mode           string                `json:"mode"`
+	WindowNs       int64                 `json:"window_ns"`
+	Requests       int                   `json:"requests"`
+	RequestsPerSec float64               `json:"requests_per_sec"`
+	Created        int                   `json:"created"`
+	CreatedPerSec  float64               `json:"created_per_sec"`
+	Latency201     benchkit.LatencyStats `json:"latency_201"`
+	Other          map[string]int        `json:"other_answers"`
+	Sent           int                   `json:"sent_in_run"`
+	FirstError     string                `json:"first_transport_error,omitempty"`
+	Check          checkResult           `json:"check"`
 }
 
 // comparisonJSON compares the modes of one scenario by orders placed per
@@ -131,7 +133,7 @@ func runFigures(r *runResult) runJSON {
 	}
 	rj.RequestsPerSec = float64(rj.Requests) / secs
 	rj.CreatedPerSec = float64(rj.Created) / secs
-	rj.Latency201 = latencies(lat)
+	rj.Latency201 = benchkit.Summarize(lat)
 	return rj
 }
 
@@ -166,7 +168,7 @@ func report(out io.Writer, s summaryJSON) {
 	for _, r := range s.Runs {
 		l := r.Latency201
 		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Scenario, r.Mode, r.RequestsPerSec, r.CreatedPerSec,
-			fmtLatency(l.P50ns, l.Count), fmtLatency(l.P99ns, l.Count), fmtLatency(l.P999ns, l.Count), fmtOther(r.Other), fmtCheck(r.Check))
+			benchkit.FormatLatency(l.P50ns, l.Count), benchkit.FormatLatency(l.P99ns, l.Count), benchkit.FormatLatency(l.P999ns, l.Count), fmtOther(r.Other), fmtCheck(r.Check))
 	}
 	if len(s.Comparisons) > 0 {
 		fmt.Fprintln(out)
@@ -232,22 +234,4 @@ func fmtCheck(c checkResult) string {
 		return "FAILED"
 	}
 	return fmt.Sprintf("ok (%d orders%s)", c.Orders, extra)
-}
-
-// fmtLatency prints a latency in ns to a useful precision, or "-" when
-// there were no samples.
-func fmtLatency(ns int64, count int) string {
-	if count == 0 {
-		return "-"
-	}
-	d := time.Duration(ns)
-	switch {
-	case d >= 100*time.Millisecond:
-		d = d.Round(time.Millisecond)
-	case d >= time.Millisecond:
-		d = d.Round(10 * time.Microsecond)
-	default:
-		d = d.Round(time.Microsecond)
-	}
-	return d.String()
 }
