@@ -422,7 +422,9 @@ func (le *Lease) Unlock(ctx context.Context) error {
 		v := l.collectFrom(c, true, classifyRelease, states(stBuf[:], n), base)
 		errs = v.errs
 		rr.decide(time.Since(start))
-		base = v.t
+		// Decide on what the nodes confirmed over every try (the recorder
+		// keeps a confirmed release confirmed), not on this try's count.
+		base = le.releaseTally()
 	}
 	switch {
 	case base.held > n-l.quorum:
@@ -437,6 +439,23 @@ func (le *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("quorum: unlock %q: %w: %w", le.key, cerr, qe)
 	}
 	return qe
+}
+
+// releaseTally counts the nodes whose release is known: confirmed, or
+// answered "not ours", over every Unlock of the lease.
+func (le *Lease) releaseTally() tally {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	t := newTally(len(le.rel))
+	for _, s := range le.rel {
+		switch s {
+		case stYes:
+			t.ok++
+		case stNo:
+			t.held++
+		}
+	}
+	return t
 }
 
 // releaseRound is one Unlock's release call. It keeps each node's final
@@ -467,7 +486,12 @@ func (rr *releaseRound) record(r nodeResult) {
 		}
 		le := rr.le
 		le.mu.Lock()
-		le.rel[r.node] = s
+		// A node's first release may still be out when a retried Unlock
+		// asks it again: the retry then answers "not ours" for a token
+		// the first one deleted. A release once confirmed stays so.
+		if le.rel[r.node] != stYes {
+			le.rel[r.node] = s
+		}
 		le.mu.Unlock()
 	}
 	if rr.left.Add(-1) == 0 {

@@ -45,9 +45,8 @@ func TestAcquire(t *testing.T) {
 		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if got := r.count(t, k, ""); got != 5 {
-			t.Fatalf("key left on %d nodes after Unlock", 5-got)
-		}
+		// Unlock returns at the majority; the rest follow in the background.
+		eventually(t, 10*time.Second, "every node released", func() bool { return r.count(t, k, "") == 5 })
 	})
 
 	t.Run("TokensAreRandomAndAtLeast128Bits", func(t *testing.T) {
@@ -97,9 +96,8 @@ func TestAcquire(t *testing.T) {
 		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		if got := r.count(t, k, ""); got != 5 {
-			t.Fatalf("key left on %d nodes", 5-got)
-		}
+		// Unlock returns at the majority; the rest follow in the background.
+		eventually(t, 10*time.Second, "every node released", func() bool { return r.count(t, k, "") == 5 })
 	})
 
 	t.Run("GivesUpEarlyAndReleasesLateWinners", func(t *testing.T) {

@@ -352,10 +352,11 @@ func (l *Locker) lock(ctx context.Context, key string, attempts int, maxWait tim
 			wt = l.wk.register(key)
 		}
 		// Past the wait budget a backoff ends the call; a release message
-		// before then still earns one more attempt.
+		// before then still earns one more attempt, but once the budget is
+		// spent no wake-up buys another.
 		last := !deadline.IsZero() && time.Now().Add(d).After(deadline)
 		if last {
-			if wt == nil {
+			if wt == nil || !time.Now().Before(deadline) {
 				break
 			}
 			d = time.Until(deadline)

@@ -116,7 +116,10 @@ type LostEvent struct {
 
 // Observer receives events from a Locker. Its methods are called
 // synchronously on the locking path, possibly from several goroutines at
-// once: they must be safe for concurrent use and return quickly.
+// once: they must be safe for concurrent use and return quickly. Node
+// errors and release events are reported from the node workers, so an
+// Observer that blocks stalls that node's requests, and one that calls
+// back into the Locker (Lock, Unlock, Close) can deadlock it.
 // Embed NopObserver to implement only some of them.
 type Observer interface {
 	ObserveAcquire(AcquireEvent)

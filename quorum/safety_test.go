@@ -673,3 +673,54 @@ func TestCancelledUnlockStillReleases(t *testing.T) {
 		t.Fatalf("retry: %v", err)
 	}
 }
+
+// TestRetriedUnlockCountsEarlierReleases: a retried Unlock may ask nodes
+// whose first release is still out. Their second answer is "not ours"
+// (the first one deleted the token), and that must not make a released
+// lease look lost. Here the first Unlock's context is cancelled with every
+// release held in a hook, the retry queues behind them, and then all go:
+// three nodes released and two belong to another owner, so the retry
+// reports success, where counting the retry's own answers said
+// ErrLeaseLost.
+func TestRetriedUnlockCountsEarlierReleases(t *testing.T) {
+	r := newRig(t)
+	gate := &releaseGate{sha: redis.NewScript(quorum.ReleaseSource).Hash(), open: make(chan struct{})}
+	l, err := quorum.New(r.hookedClients(t, gate), quorum.WithNodeTimeout(slow(10*time.Second)), quorum.WithTTL(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate.open) }) }
+	defer open()
+	k := key(t)
+	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the lease is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+	r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := lease.Unlock(cancelled); !errors.Is(err, quorum.ErrUnlockUnconfirmed) {
+		t.Fatalf("first Unlock: %v, want ErrUnlockUnconfirmed", err)
+	}
+	eventually(t, 10*time.Second, "the first releases are held", func() bool { return gate.started.Load() == 5 })
+	retried := make(chan error, 1)
+	go func() { retried <- lease.Unlock(context.Background()) }()
+	eventually(t, 10*time.Second, "the retry queues behind them", func() bool {
+		for i := range 5 {
+			if l.Queued(i) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	open()
+	if err := <-retried; err != nil {
+		t.Fatalf("retried Unlock: %v, want nil: three nodes released the token", err)
+	}
+	if got := r.count(t, k, lease.Token()); got != 0 {
+		t.Fatalf("token left on %d nodes", got)
+	}
+}

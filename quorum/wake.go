@@ -41,6 +41,11 @@ type waker struct {
 
 	readers sync.WaitGroup
 
+	// dirty says the subscriptions lag the waiters; syncing that the
+	// goroutine of kickSync runs (both under mu); syncs counts it.
+	dirty, syncing bool
+	syncs          sync.WaitGroup
+
 	// confirmed counts, per channel, the nodes that confirmed the
 	// subscription (for tests and diagnostics).
 	confirmed map[string]int
@@ -87,9 +92,42 @@ func (w *waker) register(key string) *waiter {
 	first := len(q.waiters) == 1
 	w.mu.Unlock()
 	if first {
-		w.sync()
+		w.kickSync()
 	}
 	return wt
+}
+
+// kickSync brings the subscriptions up to date in the background, off the
+// callers' path: a node that does not answer delays no Lock. One goroutine
+// at a time does it, again while there are changes it has not sent.
+func (w *waker) kickSync() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.dirty = true
+	if w.syncing {
+		w.mu.Unlock()
+		return
+	}
+	w.syncing = true
+	w.syncs.Add(1)
+	w.mu.Unlock()
+	go func() {
+		defer w.syncs.Done()
+		for {
+			w.mu.Lock()
+			if !w.dirty || w.closed {
+				w.syncing = false
+				w.mu.Unlock()
+				return
+			}
+			w.dirty = false
+			w.mu.Unlock()
+			w.sync()
+		}
+	}()
 }
 
 // join queues a waiter for key behind those of this Locker already
@@ -128,6 +166,20 @@ func (w *waker) unregister(wt *waiter) {
 		for i, o := range q.waiters {
 			if o == wt {
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				if i == 0 && len(q.waiters) > 0 {
+					// The oldest leaves (it got the key, or gave up): what
+					// it heard, and a wake-up it did not use, pass to the
+					// next, or a release it was told of would go unused.
+					next := q.waiters[0]
+					next.heard |= wt.heard
+					next.extra += wt.extra
+					if len(wt.wake) > 0 {
+						select {
+						case next.wake <- struct{}{}:
+						default:
+						}
+					}
+				}
 				break
 			}
 		}
@@ -138,7 +190,7 @@ func (w *waker) unregister(wt *waiter) {
 	}
 	w.mu.Unlock()
 	if last {
-		w.sync()
+		w.kickSync()
 	}
 }
 
@@ -296,12 +348,11 @@ func (wt *waiter) wait(ctx context.Context, d time.Duration) (live, woken bool) 
 
 // close ends every subscription and waits for the readers.
 func (w *waker) close() {
-	w.syncMu.Lock()
 	w.mu.Lock()
 	w.closed = true
 	subs := w.subs
 	w.mu.Unlock()
-	w.syncMu.Unlock()
+	w.syncs.Wait() // a sync under way ends within a node timeout
 	for _, ps := range subs {
 		_ = ps.Close()
 	}
