@@ -319,16 +319,30 @@ func states(buf []uint8, n int) []uint8 {
 // target. It never waits past the call's deadline (or the caller's
 // context): targets still unanswered then are stTimedOut.
 func (l *Locker) collect(c *call, early bool, classify classifier, st []uint8) vote {
-	return l.collectFrom(c, early, classify, st, newTally(len(l.nodes)))
+	stop := stopNever
+	if early {
+		stop = stopDecided
+	}
+	return l.collectFrom(c, stop, classify, st, newTally(len(l.nodes)))
 }
+
+// When collectFrom stops before every target answered.
+const (
+	stopNever   = iota // read every target
+	stopDecided        // as soon as a majority said yes, or can no longer
+	stopWon            // as soon as a majority said yes
+)
 
 // collectFrom is collect with a vote that starts from base: the answers of
 // earlier calls of the same operation (a retried Unlock).
-func (l *Locker) collectFrom(c *call, early bool, classify classifier, st []uint8, base tally) vote {
+func (l *Locker) collectFrom(c *call, stop int, classify classifier, st []uint8, base tally) vote {
 	n := len(l.nodes)
 	v := vote{t: base}
 	targets := c.n
-	for v.read < targets && !(early && v.t.verdict() != undecided) {
+	for v.read < targets {
+		if vd := v.t.verdict(); (stop == stopDecided && vd != undecided) || (stop == stopWon && vd == won) {
+			break
+		}
 		r, ok := c.next()
 		if !ok {
 			err := c.timeoutError()

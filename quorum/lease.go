@@ -419,7 +419,10 @@ func (le *Lease) Unlock(ctx context.Context) error {
 		c := l.fanOutWith(ctx, OpRelease, deadline, l.releaseScript, le.key, rr.args[:], tg, le.wg,
 			callOpts{record: rr, detached: true})
 		var stBuf [16]uint8
-		v := l.collectFrom(c, true, classifyRelease, states(stBuf[:], n), base)
+		// Only a majority of confirmations ends the wait early: a "not
+		// ours" may come from a node that a previous try released a moment
+		// before, so the other answers are read before calling it lost.
+		v := l.collectFrom(c, stopWon, classifyRelease, states(stBuf[:], n), base)
 		errs = v.errs
 		rr.decide(time.Since(start))
 		// Decide on what the nodes confirmed over every try (the recorder
