@@ -33,6 +33,17 @@
 // [ErrNotFound] (no such row). The errors are [*RejectedError] values that
 // carry the details and match the sentinels with errors.Is.
 //
+// # Fenced read-modify-write
+//
+// A fenced write alone protects writes that carry their whole effect, such
+// as "available = available - 1". A holder that reads a value outside the
+// write, works on it and writes back a result needs more: two holders can
+// read the same value, and both writes then pass the fence check in fence
+// order, losing one update. [Table.Claim] reads the row and records the
+// holder's fence on it in one statement, so every older holder is refused
+// from then on; the holder then writes with [Update.Claimed], which passes
+// only while the row still carries exactly its fence.
+//
 // Table and column names are validated and quoted as identifiers, and every
 // value travels as a bind parameter, so no input can change the statement's
 // shape. Updates take a [Querier], which *pgxpool.Pool, *pgx.Conn and pgx.Tx

@@ -21,13 +21,18 @@ var (
 
 	// ErrNotFound reports a fenced write whose target row does not exist.
 	ErrNotFound = errors.New("fencing: row not found")
+
+	// ErrNotClaimed reports a claimed write ([Update.Claimed]) to a row that
+	// its fence never claimed: no [Table.Claim] with that fence went first.
+	ErrNotClaimed = errors.New("fencing: row not claimed by this fence")
 )
 
 // RejectedError explains why a fenced write changed nothing. It matches
-// exactly one of [ErrStaleFence], [ErrConditionFailed] and [ErrNotFound]
-// with errors.Is; use errors.As to read the details.
+// exactly one of [ErrStaleFence], [ErrConditionFailed], [ErrNotFound] and
+// [ErrNotClaimed] with errors.Is; use errors.As to read the details.
 type RejectedError struct {
-	// Reason is ErrStaleFence, ErrConditionFailed or ErrNotFound.
+	// Reason is ErrStaleFence, ErrConditionFailed, ErrNotFound or
+	// ErrNotClaimed.
 	Reason error
 	// Table is the quoted name of the table.
 	Table string

@@ -76,3 +76,41 @@ func ExampleTable_Update() {
 		fmt.Println("database error:", err)
 	}
 }
+
+// This example is a fenced read-modify-write: the holder reads the stock,
+// computes outside the database, and writes the result back. Claim records
+// the holder's fence with the read, so a holder with an older fence can no
+// longer write, and a newer holder's claim makes this write fail.
+func ExampleTable_Claim() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	stock, err := fencing.NewTable("product_stock", "product_id")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fence := int64(43) // from the lease: lease.Fence()
+	var available int64
+	if err := stock.Claim(ctx, pool, "42", fence, []string{"available"}, &available); err != nil {
+		fmt.Println("not claimed:", err)
+		return
+	}
+	err = stock.Update(ctx, pool, fencing.Update{
+		Key: "42", Fence: fence, Claimed: true,
+		Set: []fencing.Assignment{fencing.Set("available", available-1)},
+	})
+	switch {
+	case err == nil:
+		fmt.Println("written:", available-1)
+	case errors.Is(err, fencing.ErrStaleFence):
+		fmt.Println("a newer holder claimed the row; nothing written")
+	default:
+		fmt.Println("database error:", err)
+	}
+}

@@ -80,6 +80,7 @@ func TestPostgres(t *testing.T) {
 	srv := startPostgres(t)
 	t.Run("Issuer", func(t *testing.T) { testIssuer(t, srv) })
 	t.Run("FencedWrite", func(t *testing.T) { testFencedWrite(t, srv) })
+	t.Run("Claim", func(t *testing.T) { testClaim(t, srv) })
 }
 
 func testIssuer(t *testing.T, srv pgServer) {

@@ -184,6 +184,12 @@ type Update struct {
 	// Returning names columns whose new values are scanned into the dest
 	// arguments of [Table.Update], in order.
 	Returning []string
+	// Claimed makes this the write half of a fenced read-modify-write: the
+	// row must still carry exactly Fence, recorded by a [Table.Claim] with
+	// the same fence, so no newer holder has read or written it since. A
+	// row claimed by a higher fence rejects the write with [ErrStaleFence];
+	// a row never claimed by this fence, with [ErrNotClaimed].
+	Claimed bool
 }
 
 // Update performs u on the row whose key column equals u.Key, through q
@@ -256,8 +262,11 @@ func (t *Table) classify(ctx context.Context, q Querier, st statements, u Update
 		return rej, false, nil
 	case err != nil:
 		return nil, false, fmt.Errorf("fencing: re-read %s key %v: %w", t.name, u.Key, err)
-	case current >= u.Fence:
+	case u.Claimed && current > u.Fence, !u.Claimed && current >= u.Fence:
 		rej.Reason = ErrStaleFence
+		return rej, false, nil
+	case u.Claimed && current < u.Fence:
+		rej.Reason = ErrNotClaimed
 		return rej, false, nil
 	default:
 		// The condition was false when the UPDATE evaluated it. If it holds
@@ -339,7 +348,11 @@ func (t *Table) build(u Update, ndest int) (statements, error) {
 		sb.WriteString(" AND " + q + " " + c.op + " " + up.add(c.value))
 		okExpr = append(okExpr, q+" "+c.op+" "+rr.add(c.value))
 	}
-	sb.WriteString(" AND " + t.fence + " < " + fenceP)
+	if u.Claimed {
+		sb.WriteString(" AND " + t.fence + " = " + fenceP)
+	} else {
+		sb.WriteString(" AND " + t.fence + " < " + fenceP)
+	}
 	sb.WriteString(" RETURNING " + t.fence)
 	for _, col := range u.Returning {
 		if err := validateIdent("returning column", col); err != nil {
