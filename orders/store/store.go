@@ -236,6 +236,11 @@ func getOrder(ctx context.Context, q querier, orderID string) (Order, error) {
 // units and price; its fence history (last_fence) is kept. It is meant for
 // tests, the demo and back-office tools; orders move stock through
 // PlaceOrder and Transition.
+//
+// The units it adds or takes away are counted in the row's stocked total
+// (a new product is stocked with available; a reset adds the new available
+// minus the old), so the stock balance invariant ([InvariantStockBalance])
+// keeps holding across seeds and reseeds.
 func (s *Store) SeedProduct(ctx context.Context, productID string, available, priceCents int64) error {
 	if err := checkText("product id", productID, request.MaxIDLen); err != nil {
 		return err
@@ -243,8 +248,9 @@ func (s *Store) SeedProduct(ctx context.Context, productID string, available, pr
 	if available < 0 || priceCents < 0 {
 		return fmt.Errorf("%w: available %d and price %d must not be negative", ErrInvalid, available, priceCents)
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO product_stock (product_id, available, price_cents) VALUES ($1, $2, $3)
-ON CONFLICT (product_id) DO UPDATE SET available = EXCLUDED.available, price_cents = EXCLUDED.price_cents`,
+	_, err := s.pool.Exec(ctx, `INSERT INTO product_stock (product_id, available, price_cents, stocked) VALUES ($1, $2, $3, $2)
+ON CONFLICT (product_id) DO UPDATE SET available = EXCLUDED.available, price_cents = EXCLUDED.price_cents,
+    stocked = product_stock.stocked + EXCLUDED.available - product_stock.available`,
 		productID, available, priceCents)
 	if err != nil {
 		return fmt.Errorf("store: seed product %q: %w", productID, err)
