@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 )
@@ -19,6 +20,9 @@ type dockerProvider struct {
 	cli           *testcontainers.DockerClient
 	redisImage    string
 	postgresImage string
+	// tmp holds the nodes' data directories, bind-mounted into their
+	// containers, and the clock files.
+	tmp string
 }
 
 type discardLogger struct{}
@@ -59,7 +63,19 @@ func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, erro
 				img, EnvRedisImage, EnvPostgresImage, err)
 		}
 	}
-	p.cli = cli
+	dir, err := os.MkdirTemp("", "quorumlock-bed-")
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	// The servers run as this process's user (see dockerRedis.request),
+	// so they can reach it; so can the engine.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		_ = cli.Close()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	p.cli, p.tmp = cli, dir
 	return p, nil
 }
 
@@ -77,7 +93,11 @@ func (p *dockerProvider) hint() string {
 		": run `make images`, or use QUORUMLOCK_TESTBED=local"
 }
 
-func (p *dockerProvider) close() error { return p.cli.Close() }
+func (p *dockerProvider) dir() string { return p.tmp }
+
+func (p *dockerProvider) close() error {
+	return errors.Join(p.cli.Close(), os.RemoveAll(p.tmp))
+}
 
 // run creates and starts a container and returns it with the host address
 // of its port.
@@ -126,36 +146,58 @@ func hostAddr(ctx context.Context, c *testcontainers.DockerContainer, port strin
 	return net.JoinHostPort(host, p.Port()), nil
 }
 
-// dockerRedis is one Redis container. A restart with data starts the same
-// container again (its AOF is on its own filesystem); a restart without
-// data replaces the container with a new one.
+// Paths inside a Redis container.
+const (
+	containerData      = "/data"
+	containerClockShim = "/quorumlock/clockshim.so"
+	containerClockFile = "/quorumlock/clock-offset"
+)
+
+// dockerRedis is one Redis container. Its /data is the node's data
+// directory on this machine, bind-mounted, so the bed can copy snapshots in
+// and cut the AOF while the server is down. A restart with data starts the
+// same container again; a restart without data empties the directory and
+// replaces the container with a new one; a start from an RDB snapshot runs a
+// container of its own (with appendonly no), replaced at the next start.
 type dockerRedis struct {
-	p    *dockerProvider
-	opts Options
+	p   *dockerProvider
+	cfg redisConfig
 
-	mu sync.Mutex
-	c  *testcontainers.DockerContainer
+	mu    sync.Mutex
+	c     *testcontainers.DockerContainer
+	rdbOn bool // c was created for a dataRDB start
 }
 
-func (p *dockerProvider) newRedis(_ context.Context, _ int, opts Options) (redisBackend, error) {
-	return &dockerRedis{p: p, opts: opts}, nil
+func (p *dockerProvider) newRedis(_ context.Context, cfg redisConfig) (redisBackend, error) {
+	return &dockerRedis{p: p, cfg: cfg}, nil
 }
 
-func (r *dockerRedis) request() testcontainers.ContainerRequest {
+// request is the container for a start in mode. The server runs as this
+// process's user rather than the image's (redis, uid 100 in the local
+// image), so that the files it writes in the bind-mounted data directory
+// belong to the bed, which copies, truncates and removes them.
+func (r *dockerRedis) request(mode dataMode) testcontainers.ContainerRequest {
 	cmd := []string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--port", "6379",
-		"--dir", "/data", "--save", ""}
-	if r.opts.AppendFsync == FsyncOff {
-		cmd = append(cmd, "--appendonly", "no")
-	} else {
-		cmd = append(cmd, "--appendonly", "yes", "--appendfsync", r.opts.AppendFsync)
+		"--dir", containerData, "--save", ""}
+	cmd = append(cmd, aofArgs(r.cfg.opts.AppendFsync, mode)...)
+	binds := []string{r.cfg.dataDir() + ":" + containerData}
+	var env map[string]string
+	if c := r.cfg.clock; c != nil {
+		binds = append(binds, c.shim+":"+containerClockShim+":ro", c.offset+":"+containerClockFile+":ro")
+		env = map[string]string{"LD_PRELOAD": containerClockShim, clockFileEnv: containerClockFile}
 	}
-	return testcontainers.ContainerRequest{Image: r.p.redisImage, Cmd: cmd, ExposedPorts: []string{"6379/tcp"}}
+	user := fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
+	return testcontainers.ContainerRequest{
+		Image: r.p.redisImage, Cmd: cmd, Env: env, ExposedPorts: []string{"6379/tcp"},
+		ConfigModifier:     func(c *container.Config) { c.User = user },
+		HostConfigModifier: func(hc *container.HostConfig) { hc.Binds = append(hc.Binds, binds...) },
+	}
 }
 
-func (r *dockerRedis) start(ctx context.Context, keepData bool) (string, error) {
+func (r *dockerRedis) start(ctx context.Context, mode dataMode) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if keepData && r.c != nil {
+	if mode == dataKeep && r.c != nil && !r.rdbOn {
 		if _, err := r.p.cli.ContainerStart(ctx, r.c.GetContainerID(), client.ContainerStartOptions{}); err != nil {
 			return "", err
 		}
@@ -167,11 +209,16 @@ func (r *dockerRedis) start(ctx context.Context, keepData bool) (string, error) 
 		}
 		r.c = nil
 	}
-	c, addr, err := r.p.run(ctx, r.request(), "6379/tcp")
+	if mode == dataWipe {
+		if err := resetDir(r.cfg.dataDir()); err != nil {
+			return "", err
+		}
+	}
+	c, addr, err := r.p.run(ctx, r.request(mode), "6379/tcp")
 	if err != nil {
 		return "", err
 	}
-	r.c = c
+	r.c, r.rdbOn = c, mode == dataRDB
 	return addr, nil
 }
 

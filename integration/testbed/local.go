@@ -16,7 +16,7 @@ import (
 // localProvider runs redis-server and postgres processes on loopback.
 type localProvider struct {
 	redisBin string
-	dir      string
+	tmp      string
 }
 
 func newLocalProvider(opts Options) (*localProvider, error) {
@@ -46,49 +46,49 @@ func newLocalProvider(opts Options) (*localProvider, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
-	p.dir = dir
+	p.tmp = dir
 	return p, nil
 }
 
 func (p *localProvider) name() string { return ProviderLocal }
+
+func (p *localProvider) dir() string { return p.tmp }
 
 func (p *localProvider) hint() string {
 	return "\nthe local provider needs redis-server and PostgreSQL from the machine's packages: run `make deps`" +
 		" (as root: apt-get install -y redis-server postgresql)"
 }
 
-func (p *localProvider) close() error { return os.RemoveAll(p.dir) }
+func (p *localProvider) close() error { return os.RemoveAll(p.tmp) }
 
 // localRedis is one redis-server process.
 type localRedis struct {
-	bin, dir string
-	opts     Options
+	bin string
+	cfg redisConfig
 
 	mu   sync.Mutex
 	port int
 	proc *proc
 }
 
-func (p *localProvider) newRedis(_ context.Context, index int, opts Options) (redisBackend, error) {
-	dir := filepath.Join(p.dir, fmt.Sprintf("redis%d", index+1))
-	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
-		return nil, err
-	}
-	return &localRedis{bin: p.redisBin, dir: dir, opts: opts}, nil
+func (p *localProvider) newRedis(_ context.Context, cfg redisConfig) (redisBackend, error) {
+	return &localRedis{bin: p.redisBin, cfg: cfg}, nil
 }
 
-func (r *localRedis) start(ctx context.Context, keepData bool) (string, error) {
+func (r *localRedis) start(ctx context.Context, mode dataMode) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	data := filepath.Join(r.dir, "data")
-	if !keepData {
-		if err := os.RemoveAll(data); err != nil {
-			return "", err
-		}
-		if err := os.MkdirAll(data, 0o755); err != nil {
+	data := r.cfg.dataDir()
+	if mode == dataWipe {
+		if err := resetDir(data); err != nil {
 			return "", err
 		}
 	}
+	var env []string
+	if c := r.cfg.clock; c != nil {
+		env = append(env, "LD_PRELOAD="+c.shim, clockFileEnv+"="+c.offset)
+	}
+	logPath := filepath.Join(r.cfg.dir, "redis.log")
 	// The first start takes a free port; later starts keep it, so the
 	// proxy in front never changes its upstream. A port taken by someone
 	// else between the probe and the bind is retried with another.
@@ -105,12 +105,8 @@ func (r *localRedis) start(ctx context.Context, keepData bool) (string, error) {
 			"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--protected-mode", "no",
 			"--dir", data, "--save", "", "--daemonize", "no", "--logfile", "",
 		}
-		if r.opts.AppendFsync == FsyncOff {
-			args = append(args, "--appendonly", "no")
-		} else {
-			args = append(args, "--appendonly", "yes", "--appendfsync", r.opts.AppendFsync)
-		}
-		pr, err := startProc(args, nil, filepath.Join(r.dir, "redis.log"), nil)
+		args = append(args, aofArgs(r.cfg.opts.AppendFsync, mode)...)
+		pr, err := startProc(args, env, logPath, nil)
 		if err != nil {
 			return "", err
 		}
@@ -124,7 +120,7 @@ func (r *localRedis) start(ctx context.Context, keepData bool) (string, error) {
 			r.proc = pr
 			return addr, nil
 		}
-		last = fmt.Errorf("redis-server on %s exited: %v\n%s", addr, pr.err, tail(filepath.Join(r.dir, "redis.log"), 800))
+		last = fmt.Errorf("redis-server on %s exited: %v\n%s", addr, pr.err, tail(logPath, 800))
 	}
 	return "", last
 }
@@ -188,7 +184,7 @@ func (p *localProvider) startPostgres(ctx context.Context, opts Options) (*Postg
 		}
 		runAs = u
 	}
-	dir := filepath.Join(p.dir, "postgres")
+	dir := filepath.Join(p.tmp, "postgres")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

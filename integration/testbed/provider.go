@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 )
 
 // provider starts servers of one kind.
@@ -13,16 +14,47 @@ type provider interface {
 	name() string
 	// hint says how to fix a failed start.
 	hint() string
-	newRedis(ctx context.Context, index int, opts Options) (redisBackend, error)
+	// dir is the provider's temporary directory on this machine, removed
+	// by close: the nodes' data, snapshots and clock files live under it.
+	dir() string
+	newRedis(ctx context.Context, cfg redisConfig) (redisBackend, error)
 	startPostgres(ctx context.Context, opts Options) (*PostgresNode, error)
 	close() error
 }
 
+// redisConfig is what a provider needs to create one Redis backend.
+type redisConfig struct {
+	opts Options
+	// dir is the node's own directory on this machine; the server's data
+	// directory is dir/data, whatever the provider.
+	dir string
+	// clock is the clock shim to preload into the server, or nil without
+	// Options.Clock.
+	clock *clockFiles
+}
+
+// dataDir is the server's data directory on this machine.
+func (c redisConfig) dataDir() string { return filepath.Join(c.dir, "data") }
+
+// dataMode says what a start does with the node's data directory.
+type dataMode int
+
+const (
+	// dataWipe starts the server empty.
+	dataWipe dataMode = iota
+	// dataKeep starts it with what it had persisted, by the bed's policy.
+	dataKeep
+	// dataRDB starts it with appendonly no, so that it loads the dump.rdb
+	// its data directory holds (Redis ignores an RDB while appendonly is
+	// yes); the caller turns the AOF on once it has loaded.
+	dataRDB
+)
+
 // redisBackend is one Redis server process or container, without the proxy.
 type redisBackend interface {
-	// start starts the server, empty or with the data it had, and returns
-	// the host:port it listens on.
-	start(ctx context.Context, keepData bool) (string, error)
+	// start starts the server, with its data directory as mode says, and
+	// returns the host:port it listens on.
+	start(ctx context.Context, mode dataMode) (string, error)
 	pause(ctx context.Context) error
 	resume(ctx context.Context) error
 	kill(ctx context.Context) error

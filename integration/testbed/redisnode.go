@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,20 +19,42 @@ type RedisNode struct {
 	proxy   *nodeProxy
 	backend redisBackend
 	opts    Options
+	cfg     redisConfig
+
+	// dataMu serialises what starts the server or works on its data
+	// directory: Restart, Snapshot, RestartFromSnapshot, KillLosingTail.
+	dataMu    sync.Mutex
+	snapshots int // snapshots taken, to name their files
 
 	mu       sync.Mutex
 	upstream string // the backend's own address, bypassing the proxy
 	running  bool
 	paused   bool
+	closed   bool
+	links    []*Link
 }
 
-func startRedisNode(ctx context.Context, p provider, index int, opts Options) (*RedisNode, error) {
-	be, err := p.newRedis(ctx, index, opts)
-	if err != nil {
-		return nil, fmt.Errorf("redis%d: %w", index+1, err)
+// startRedisNode creates the node's directory, and its clock file when shim
+// is set, and starts its server and proxy.
+func startRedisNode(ctx context.Context, p provider, index int, opts Options, shim string) (*RedisNode, error) {
+	name := fmt.Sprintf("redis%d", index+1)
+	cfg := redisConfig{opts: opts, dir: filepath.Join(p.dir(), name)}
+	if err := os.MkdirAll(cfg.dataDir(), 0o755); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	n := &RedisNode{name: fmt.Sprintf("redis%d", index+1), backend: be, opts: opts}
-	up, err := n.startBackend(ctx, false)
+	if shim != "" {
+		c, err := newClockFiles(cfg.dir, shim)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		cfg.clock = c
+	}
+	be, err := p.newRedis(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	n := &RedisNode{name: name, backend: be, opts: opts, cfg: cfg}
+	up, err := n.startBackend(ctx, dataWipe)
 	if err != nil {
 		_ = be.close(context.Background())
 		return nil, fmt.Errorf("%s: %w", n.name, err)
@@ -45,10 +69,10 @@ func startRedisNode(ctx context.Context, p provider, index int, opts Options) (*
 }
 
 // startBackend starts the server and waits until it answers PING.
-func (n *RedisNode) startBackend(ctx context.Context, keepData bool) (string, error) {
+func (n *RedisNode) startBackend(ctx context.Context, mode dataMode) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.StartTimeout)
 	defer cancel()
-	up, err := n.backend.start(ctx, keepData)
+	up, err := n.backend.start(ctx, mode)
 	if err != nil {
 		return "", err
 	}
@@ -143,17 +167,43 @@ func (n *RedisNode) Kill(ctx context.Context) error {
 // default AppendFsync=always, every acknowledged write); without, it comes
 // back empty, as a node restored without its data.
 func (n *RedisNode) Restart(ctx context.Context, keepData bool) error {
+	n.dataMu.Lock()
+	defer n.dataMu.Unlock()
 	if err := n.Kill(ctx); err != nil {
 		return err
 	}
-	up, err := n.startBackend(ctx, keepData)
+	mode := dataWipe
+	if keepData {
+		mode = dataKeep
+	}
+	up, err := n.startBackend(ctx, mode)
 	if err != nil {
 		return fmt.Errorf("%s: restart: %w", n.name, err)
 	}
-	if err := n.proxy.setUpstream(up); err != nil {
-		return fmt.Errorf("%s: restart: repoint proxy: %w", n.name, err)
+	if err := n.repoint(up); err != nil {
+		return fmt.Errorf("%s: restart: %w", n.name, err)
 	}
 	return nil
+}
+
+// repoint points the node's proxy and every link at the server's new
+// address. The links are read after startBackend stored up, under the same
+// lock Link holds while it creates one, so a link made during a restart is
+// either repointed here or created with up.
+func (n *RedisNode) repoint(up string) error {
+	n.mu.Lock()
+	links := append([]*Link(nil), n.links...)
+	n.mu.Unlock()
+	var errs []error
+	if err := n.proxy.setUpstream(up); err != nil {
+		errs = append(errs, fmt.Errorf("repoint proxy: %w", err))
+	}
+	for _, l := range links {
+		if err := l.proxy.setUpstream(up); err != nil {
+			errs = append(errs, fmt.Errorf("repoint link %s: %w", l.name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Partition cuts the node off from every client of Addr: bytes in both
@@ -203,11 +253,38 @@ func (n *RedisNode) close(ctx context.Context) error {
 	n.proxy.stop()
 	n.mu.Lock()
 	paused := n.paused
+	n.closed = true
+	links := n.links
+	n.links = nil
 	n.mu.Unlock()
+	for _, l := range links {
+		l.proxy.stop()
+	}
 	var errs []error
 	if paused {
 		errs = append(errs, n.backend.resume(ctx))
 	}
 	errs = append(errs, n.backend.close(ctx))
 	return errors.Join(errs...)
+}
+
+// aofArgs are the redis-server options for the bed's AOF policy, for a start
+// in mode.
+func aofArgs(policy string, mode dataMode) []string {
+	if policy == FsyncOff {
+		return []string{"--appendonly", "no"}
+	}
+	on := "yes"
+	if mode == dataRDB {
+		on = "no"
+	}
+	return []string{"--appendonly", on, "--appendfsync", policy}
+}
+
+// resetDir empties dir, creating it if needed.
+func resetDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(dir, 0o755)
 }

@@ -20,6 +20,14 @@
 // provider that cannot start fails the test with a message that says how to
 // fix it; the bed never skips a test.
 //
+// Faults, on both providers: Pause/Resume, Kill/Restart (with or without
+// data), Partition/Heal and AddLatency on a node's address; the same
+// partitions and latency on a Link, an extra address of a node for one
+// client; Snapshot/RestartFromSnapshot, a node coming back with older data;
+// KillLosingTail (AppendFsync=everysec), a node that loses the AOF writes
+// the disk had not synced; and SetClockOffset (Options.Clock), a jump of one
+// node's wall clock.
+//
 // Use Start in tests (cleanup is registered on t), or New and Close elsewhere.
 package testbed
 
@@ -82,10 +90,16 @@ type Options struct {
 	Provider string
 	// AppendFsync is the Redis AOF policy: always (the default, so a killed
 	// node that restarts with its data has every acknowledged write),
-	// everysec, or off (no AOF: a restarted node comes back empty).
+	// everysec (RedisNode.KillLosingTail then models the writes a crash
+	// loses), or off (no AOF: a restarted node comes back empty).
 	AppendFsync string
 	// StartTimeout bounds the start of each server (default 60s).
 	StartTimeout time.Duration
+	// Clock preloads a clock shim into every Redis server, so that
+	// RedisNode.SetClockOffset can move its wall clock. The bed builds the
+	// shim from C source when it starts, so this needs a C compiler (cc,
+	// gcc or clang) on this machine.
+	Clock bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -167,6 +181,13 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("testbed (%s): %w%s", p.name(), err, p.hint())
 	}
+	var shim string
+	if opts.Clock && opts.Redis > 0 {
+		if shim, err = buildClockShim(ctx, p.dir()); err != nil {
+			_ = b.Close()
+			return nil, fmt.Errorf("testbed (%s): Options.Clock: %w", p.name(), err)
+		}
+	}
 	if opts.Postgres {
 		pg, err := p.startPostgres(ctx, opts)
 		if err != nil {
@@ -182,7 +203,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i], errs[i] = startRedisNode(ctx, p, i, opts)
+			nodes[i], errs[i] = startRedisNode(ctx, p, i, opts, shim)
 		}()
 	}
 	wg.Wait()
