@@ -14,7 +14,7 @@ export QUORUMLOCK_TESTBED ?= auto
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images lint test test-go test-local bench lockbench orderbench fuzz demo build compose-up compose-down clean
+.PHONY: help deps images lint test test-go test-local bench lockbench orderbench chaos fuzz demo build compose-up compose-down clean
 
 help:
 	@echo "make demo    start the test bed and run the main job"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench   the benchmarks"
 	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
 	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
+	@echo "make chaos   every fault scenario with and without the fence (10 minutes at most); writes docs/SAFETY.md"
 	@echo "make fuzz    run each fuzz target for a while"
 	@echo "make compose-up / compose-down  the docker-compose stack (5 masters, Postgres, 3 ordersd)"
 
@@ -65,6 +66,11 @@ lockbench: images
 
 orderbench: images
 	$(GO) run ./cmd/orderbench
+
+# Every chaos scenario, fenced and unfenced, bounded to 10 minutes; writes
+# docs/SAFETY.md. The short suite runs inside `make test` (TestChaosShort).
+chaos: images
+	$(GO) run ./cmd/chaos -timeout 10m -out docs/SAFETY.md
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

@@ -1,0 +1,246 @@
+// Command chaos runs the Kleppmann workload under every nemesis on a fresh
+// test bed, each scenario with the fence and without it (the negative
+// control), and writes the safety table (docs/SAFETY.md).
+//
+//	go run ./cmd/chaos                         # every scenario, table to stdout
+//	go run ./cmd/chaos -out docs/SAFETY.md     # what `make chaos` runs
+//	go run ./cmd/chaos -only client-pause      # one row
+//	go run ./cmd/chaos -short                  # the scenarios of the short suite
+//
+// It exits 1 when a verdict fails: a fenced run that lost an update,
+// accepted a stale fence or was not linearizable, a negative control that
+// caught nothing, or a double grant the restart guard should have stopped.
+// The run is bounded by -timeout (10 minutes by default).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/quorumlock/quorumlock/integration/chaos"
+	"github.com/quorumlock/quorumlock/integration/testbed"
+)
+
+func main() {
+	chaos.MaybeWorker()
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	only    map[string]bool
+	short   bool
+	seed    uint64
+	out     string
+	timeout time.Duration
+	workers int
+	minRun  time.Duration
+	history string
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	only := fs.String("only", "", "comma-separated scenario names (default: all)")
+	var o options
+	fs.BoolVar(&o.short, "short", false, "only the scenarios of the short suite (make test)")
+	fs.Uint64Var(&o.seed, "seed", 20261201, "seed of every nemesis")
+	fs.StringVar(&o.out, "out", "", "write the Markdown table to this file (default: stdout)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
+	fs.IntVar(&o.workers, "workers", 4, "worker processes per run")
+	fs.StringVar(&o.history, "history", "", "write each run's history (JSON lines) into this directory")
+	fs.DurationVar(&o.minRun, "min-run", 8*time.Second, "keep each run's workload going at least this long")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.timeout <= 0 || o.workers < 2 || o.workers > 16 {
+		return o, fmt.Errorf("bad -timeout %v or -workers %d (want > 0 and 2..16)", o.timeout, o.workers)
+	}
+	known := map[string]bool{}
+	for _, sc := range chaos.Scenarios() {
+		known[sc.Name] = true
+	}
+	if *only != "" {
+		o.only = map[string]bool{}
+		for _, n := range strings.Split(*only, ",") {
+			n = strings.TrimSpace(n)
+			if !known[n] {
+				return o, fmt.Errorf("unknown scenario %q", n)
+			}
+			o.only[n] = true
+		}
+	}
+	return o, nil
+}
+
+func (o options) selected() []chaos.Scenario {
+	var out []chaos.Scenario
+	for _, sc := range chaos.Scenarios() {
+		if (o.only == nil || o.only[sc.Name]) && (!o.short || sc.Short) {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	start := time.Now()
+	bed, err := testbed.New(ctx, testbed.Options{Redis: 5, Postgres: true, AppendFsync: testbed.FsyncEverySec, Clock: true})
+	if err != nil {
+		return err
+	}
+	defer bed.Close()
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	env, err := chaos.NewEnv(ctx, bed, chaos.Launcher{Path: self}, chaos.EnvOptions{Workers: o.workers, Logf: logf, MinRun: o.minRun})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+
+	var pairs []chaos.Pair
+	var failed []string
+	for _, sc := range o.selected() {
+		p := chaos.Pair{Scenario: sc}
+		for _, fenced := range []bool{true, false} {
+			res, err := env.Run(ctx, sc, fenced, o.seed)
+			if err != nil {
+				return fmt.Errorf("%s (fenced=%v): %w", sc.Name, fenced, err)
+			}
+			logf("%-26s fenced=%-5v %3d faults %5d leases %5d accepted %3d rejected  lost %3d  stale %3d  double grants %2d  linearizable %s  (%v)",
+				sc.Name, fenced, res.Injected, res.Locks, res.Accepted, res.Rejected, res.Lost, res.StaleAccepted, res.Overlaps, res.Linearizable, res.Elapsed.Round(time.Second))
+			if o.history != "" {
+				if err := writeHistory(o.history, sc.Name, fenced, res.History); err != nil {
+					return err
+				}
+			}
+			if fenced {
+				p.Fenced = res
+			} else {
+				p.Plain = res
+			}
+		}
+		if v := chaos.Verdict(p); len(v) > 0 {
+			failed = append(failed, sc.Name+": "+strings.Join(v, "; "))
+		}
+		pairs = append(pairs, p)
+	}
+	var buf bytes.Buffer
+	if err := chaos.WriteMarkdown(&buf, pairs, header(o, bed.Provider, time.Since(start))); err != nil {
+		return err
+	}
+	if o.out == "" {
+		_, err = stdout.Write(buf.Bytes())
+	} else {
+		err = writeBlock(o.out, buf.String())
+	}
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d verdicts failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// writeHistory writes one run's events, one JSON object per line.
+func writeHistory(dir, scenario string, fenced bool, events []chaos.Event) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	name := fmt.Sprintf("%s.fenced=%v.jsonl", strings.NewReplacer("/", "_", "=", "-").Replace(scenario), fenced)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o644)
+}
+
+// Markers around the generated block in the output file; the rest of the
+// file is kept as it is.
+const (
+	beginMarker = "<!-- chaos:begin (written by make chaos; edit cmd/chaos instead) -->"
+	endMarker   = "<!-- chaos:end -->"
+)
+
+// writeBlock puts block between the markers of the file at path, keeping
+// everything outside them. A file without the markers gets the block
+// appended; a missing file is created.
+func writeBlock(path, block string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(path, []byte(splice(string(old), block)), 0o644)
+}
+
+func splice(old, block string) string {
+	wrapped := beginMarker + "\n" + block + endMarker + "\n"
+	b, e := strings.Index(old, beginMarker), strings.Index(old, endMarker)
+	if b < 0 || e < b {
+		if old != "" && !strings.HasSuffix(old, "\n\n") {
+			old = strings.TrimRight(old, "\n") + "\n\n"
+		}
+		return old + wrapped
+	}
+	return old[:b] + wrapped + strings.TrimLeft(old[e+len(endMarker):], "\n")
+}
+
+func header(o options, provider string, took time.Duration) string {
+	commit := "unknown"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	}
+	var b strings.Builder
+	b.WriteString("## Under faults: the chaos suite\n\n")
+	b.WriteString("Written by `make chaos` (`go run ./cmd/chaos -out docs/SAFETY.md`); every figure below is from that run.\n\n")
+	fmt.Fprintf(&b, "Run: commit %s, %s provider, seed %d, %d worker processes per run, %d CPUs, %s, %v in all.\n\n",
+		commit, provider, o.seed, o.workers, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
+	b.WriteString(`The workload (the Kleppmann case): worker processes lock ` + "`stock:42`" + `, read ` + "`available`" + ` outside any
+transaction, hold the lease (briefly, or past the TTL where the scenario says so), write ` + "`available - 1`" + ` and
+unlock. Each scenario runs twice on the same seed: with the fence (the read is ` + "`fencing.Table.Claim`" + `, the
+write a claimed update) and without it (plain SELECT and UPDATE: the negative control).
+
+- **violations**: lost updates (accepted decrements that the final stock does not show) plus accepted writes
+  whose fence was not above the previous accepted write's, plus a non-linearizable fenced-register history
+  (porcupine). With fencing this must be 0 in every row.
+- **stale writes rejected**: late writes the row refused (` + "`ErrStaleFence`" + `).
+- **double grants**: pairs of leases on the key that overlapped in time (from the acquire's return to the
+  unlock or the validity end): the lock itself failed. The fence does not prevent them; it prevents their damage.
+- Staged rows wait for the event that makes the late write happen, so their unfenced run must lose updates;
+  a row that fails a verdict says so in its last column.
+
+`)
+	return b.String()
+}

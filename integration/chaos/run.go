@@ -1,0 +1,419 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/checker"
+	"github.com/quorumlock/quorumlock/integration/testbed"
+)
+
+// InitialStock is the workload's starting stock: far more than a run
+// sells, so every write is a decrement that the row can take.
+const InitialStock = 1_000_000
+
+// Env is a bed prepared for the workload: every worker slot has its own
+// link to every node, so a partition can cut one client off.
+type Env struct {
+	bed      *testbed.Bed
+	launcher Launcher
+	workers  int
+	links    [][]*testbed.Link // [worker slot][node]
+	pool     *pgxpool.Pool
+	clock    []time.Duration // each node's clock offset so far
+	logf     func(format string, args ...any)
+	minRun   time.Duration
+}
+
+// EnvOptions shapes an Env.
+type EnvOptions struct {
+	// Workers is the number of worker processes of each run (default 4).
+	Workers int
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+	// MinRun keeps each run's workload going at least this long, faults
+	// or not, so every row has a body of ordinary operations too.
+	MinRun time.Duration
+}
+
+// NewEnv prepares bed, which must have 5 Redis nodes and Postgres, for the
+// workload. Close it before the bed.
+func NewEnv(ctx context.Context, bed *testbed.Bed, l Launcher, opts EnvOptions) (*Env, error) {
+	if len(bed.Redis) != 5 || bed.Postgres == nil {
+		return nil, errors.New("chaos: the bed needs 5 Redis nodes and Postgres")
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	e := &Env{bed: bed, launcher: l, workers: opts.Workers, logf: opts.Logf, minRun: opts.MinRun, clock: make([]time.Duration, len(bed.Redis))}
+	for w := 0; w < opts.Workers+4; w++ { // spare slots for replacement workers
+		var row []*testbed.Link
+		for _, n := range bed.Redis {
+			lk, err := n.Link(fmt.Sprintf("worker%d", w))
+			if err != nil {
+				return nil, err
+			}
+			row = append(row, lk)
+		}
+		e.links = append(e.links, row)
+	}
+	pool, err := pgxpool.New(ctx, bed.Postgres.DSN())
+	if err != nil {
+		return nil, err
+	}
+	e.pool = pool
+	if err := fencing.EnsureSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close releases the Env's database pool. The links close with the bed.
+func (e *Env) Close() { e.pool.Close() }
+
+// Result is what one run of one scenario found.
+type Result struct {
+	Scenario string
+	Faults   string
+	Fenced   bool
+	Guard    bool
+	// Injected counts the faults the nemesis injected.
+	Injected int
+	// Locks and Attempts count granted leases and lock calls.
+	Locks, Attempts int
+	// Accepted and Rejected count the writes the row took and refused.
+	Accepted, Rejected int
+	// Errors counts operations that failed for another reason.
+	Errors int
+	// Lost counts lost updates (accepted decrements that the final stock
+	// does not show).
+	Lost int64
+	// StaleAccepted counts accepted writes whose fence was not above the
+	// previous accepted write's.
+	StaleAccepted int
+	// Overlaps counts pairs of leases on the key that overlapped in time:
+	// double grants by the lock itself.
+	Overlaps int
+	// Linearizable is porcupine's verdict on the fenced register ("yes" or
+	// "no"), or "-" for unfenced runs.
+	Linearizable string
+	Elapsed      time.Duration
+	// Violations lists every safety violation, one line each.
+	Violations []string
+	// Notes lists what the run's staging observed (double grants staged,
+	// stages that timed out).
+	Notes []string
+	// History is every event the workers reported, in arrival order.
+	History []Event
+}
+
+// ViolationCount is the number of safety violations: every lost update,
+// every accepted stale fence, and one for a history that is not
+// linearizable.
+func (r Result) ViolationCount() int64 {
+	n := r.Lost
+	if n < 0 {
+		n = -n
+	}
+	n += int64(r.StaleAccepted)
+	if r.Linearizable == "no" {
+		n++
+	}
+	return n
+}
+
+// Safe reports whether the run found no lost update, no accepted stale
+// fence and (fenced runs) a linearizable history.
+func (r Result) Safe() bool { return len(r.Violations) == 0 }
+
+// run is one scenario run in progress.
+type run struct {
+	env    *Env
+	sc     Scenario
+	fenced bool
+	seed   uint64
+	rng    *rand.Rand
+	hist   *history
+	procs  map[int]*proc
+	nextID int
+	notes  []string
+}
+
+func (r *run) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	r.notes = append(r.notes, s)
+	r.env.logf("%s (fenced=%v): %s", r.sc.Name, r.fenced, s)
+}
+
+func (r *run) config(id int) WorkerConfig {
+	addrs := make([]string, len(r.env.bed.Redis))
+	for i, lk := range r.env.links[id] {
+		addrs[i] = lk.Addr()
+	}
+	return WorkerConfig{ID: id, Redis: addrs, DSN: r.env.bed.Postgres.DSN(), Fenced: r.fenced, Guard: r.sc.Guard,
+		Seed: r.seed, Rounds: 10000, TTL: r.sc.TTL, NodeTimeout: r.sc.TTL / 10,
+		Hold: r.sc.TTL / 10, LongHold: r.sc.TTL * 13 / 10, LongFrac: r.sc.LongFrac}
+}
+
+// spawn starts a worker in the next free slot.
+func (r *run) spawn() (*proc, error) {
+	if r.nextID >= len(r.env.links) {
+		return nil, errors.New("chaos: no worker slot left")
+	}
+	p, err := r.env.launcher.start(r.config(r.nextID), r.hist)
+	if err != nil {
+		return nil, err
+	}
+	r.procs[r.nextID] = p
+	r.nextID++
+	return p, nil
+}
+
+// reset puts the bed and the tables in their starting state.
+func (e *Env) reset(ctx context.Context) error {
+	for _, row := range e.links {
+		for _, lk := range row {
+			if err := lk.Heal(ctx); err != nil {
+				return err
+			}
+			if err := lk.AddLatency(ctx, 0); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range e.bed.Redis {
+		_ = n.Resume(ctx)
+		if err := n.AddLatency(ctx, 0); err != nil {
+			return err
+		}
+		if err := n.Heal(ctx); err != nil {
+			return err
+		}
+		c := n.Admin()
+		err := c.FlushAll(ctx).Err()
+		_ = c.Close()
+		if err != nil {
+			return fmt.Errorf("%s: flushall: %w", n.Name(), err)
+		}
+	}
+	_, err := e.pool.Exec(ctx, `
+		DROP TABLE IF EXISTS `+stockTable+`, `+writesTable+`;
+		CREATE TABLE `+stockTable+` (product_id text PRIMARY KEY, available bigint NOT NULL, last_fence bigint NOT NULL DEFAULT 0);
+		CREATE TABLE `+writesTable+` (seq bigserial PRIMARY KEY, fence bigint NOT NULL, worker int NOT NULL, read bigint NOT NULL, wrote bigint NOT NULL);
+		INSERT INTO `+stockTable+` (product_id, available) VALUES ('`+product+`', `+fmt.Sprint(InitialStock)+`);`)
+	return err
+}
+
+// Run runs scenario sc once, fenced or not, with faults drawn from seed.
+func (e *Env) Run(ctx context.Context, sc Scenario, fenced bool, seed uint64) (Result, error) {
+	start := time.Now()
+	res := Result{Scenario: sc.Name, Faults: sc.Faults, Fenced: fenced, Guard: sc.Guard}
+	if err := e.reset(ctx); err != nil {
+		return res, err
+	}
+	r := &run{env: e, sc: sc, fenced: fenced, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), hist: newHistory(), procs: map[int]*proc{}}
+	var stopErrs []error
+	stopAll := func() {
+		for _, id := range sortedIDs(r.procs) {
+			p := r.procs[id]
+			if err := p.stop(3*sc.TTL + 15*time.Second); err != nil && !isSignalled(err) {
+				stopErrs = append(stopErrs, fmt.Errorf("worker %d: %w: %s", id, err, lastLines(p.stderrText(), 5)))
+			}
+		}
+	}
+	for i := 0; i < e.workers; i++ {
+		if _, err := r.spawn(); err != nil {
+			stopAll()
+			return res, err
+		}
+	}
+	injected, derr := sc.drive(ctx, r)
+	if derr == nil {
+		sleep(ctx, e.minRun-time.Since(start))
+	}
+	stopAll()
+	res.Injected = injected
+	res.Notes = r.notes
+	if derr != nil {
+		return res, fmt.Errorf("%s: %w", sc.Name, derr)
+	}
+	if err := errors.Join(stopErrs...); err != nil {
+		return res, err
+	}
+	if err := e.judge(ctx, r, &res); err != nil {
+		return res, err
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+func sortedIDs(m map[int]*proc) []int {
+	ids := make([]int, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids
+}
+
+func isSignalled(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "signal:")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// judge reads the row and the write log and runs every check.
+func (e *Env) judge(ctx context.Context, r *run, res *Result) error {
+	var final int64
+	if err := e.pool.QueryRow(ctx, "SELECT available FROM "+stockTable+" WHERE product_id = $1", product).Scan(&final); err != nil {
+		return err
+	}
+	rows, err := e.pool.Query(ctx, "SELECT fence, worker FROM "+writesTable+" ORDER BY seq")
+	if err != nil {
+		return err
+	}
+	accepted, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (checker.Write, error) {
+		var w checker.Write
+		var worker int
+		err := row.Scan(&w.Fence, &worker)
+		w.Resource, w.Writer = LockKey, fmt.Sprintf("worker%d", worker)
+		return w, err
+	})
+	if err != nil {
+		return err
+	}
+	events := r.hist.all()
+	res.History = events
+	holds, ops, counts := digest(events)
+	res.Locks, res.Attempts = counts.locks, counts.attempts
+	res.Accepted, res.Rejected, res.Errors = len(accepted), counts.rejected, counts.errors
+
+	lost := checker.LostUpdates(InitialStock, final, len(accepted))
+	res.Lost = checker.Lost(InitialStock, final, len(accepted))
+	fenc := checker.Fencing(accepted)
+	res.StaleAccepted = len(fenc.Violations)
+	excl := checker.Exclusion(holds)
+	res.Overlaps = len(excl.Violations)
+	res.Violations = append(res.Violations, lost.Violations...)
+	res.Violations = append(res.Violations, fenc.Violations...)
+	res.Linearizable = "-"
+	if r.fenced {
+		lin := checker.Linearizable(InitialStock, ops, time.Minute)
+		res.Linearizable = "yes"
+		if !lin.OK() {
+			res.Linearizable = "no"
+			res.Violations = append(res.Violations, lin.Violations...)
+		}
+	}
+	// The workers saw accepted writes too; a commit that the worker saw
+	// fail can only come from a cancelled commit, which the workload does
+	// not do, so the two counts must agree.
+	if counts.written != len(accepted) {
+		res.Notes = append(res.Notes, fmt.Sprintf("workers saw %d writes succeed, the log holds %d", counts.written, len(accepted)))
+	}
+	return nil
+}
+
+type tally struct{ attempts, locks, written, rejected, errors int }
+
+type opKey struct{ worker, round int }
+
+// digest turns events into the leases for the exclusion check and the
+// register operations for porcupine.
+func digest(events []Event) ([]checker.Hold, []checker.RegisterOp, tally) {
+	var t tally
+	type lease struct {
+		from, until, to int64
+		fence           int64
+	}
+	leases := map[opKey]*lease{}
+	calls := map[opKey]map[string]Event{}
+	var ops []checker.RegisterOp
+	var order []opKey
+	for _, e := range events {
+		k := opKey{e.Worker, e.Round}
+		switch {
+		case e.Op == OpLock && e.Phase == PhaseCall:
+			t.attempts++
+		case e.Op == OpLock && e.Phase == PhaseReturn && e.Result == ResultOK:
+			t.locks++
+			leases[k] = &lease{from: e.At, until: e.Until, fence: e.Fence}
+			order = append(order, k)
+		case e.Op == OpUnlock && e.Phase == PhaseCall:
+			if l := leases[k]; l != nil && l.to == 0 {
+				l.to = e.At
+			}
+		case (e.Op == OpRead || e.Op == OpWrite) && e.Phase == PhaseCall:
+			if calls[k] == nil {
+				calls[k] = map[string]Event{}
+			}
+			calls[k][e.Op] = e
+		case (e.Op == OpRead || e.Op == OpWrite) && e.Phase == PhaseReturn:
+			call, ok := calls[k][e.Op]
+			if !ok {
+				continue
+			}
+			delete(calls[k], e.Op)
+			op := checker.RegisterOp{Client: e.Worker, Fence: e.Fence, Value: e.Value, Call: call.At, Return: e.At}
+			op.Kind = checker.OpClaim
+			if e.Op == OpWrite {
+				op.Kind = checker.OpWrite
+			}
+			switch e.Result {
+			case ResultOK:
+				op.Outcome = checker.Accepted
+				if e.Op == OpWrite {
+					t.written++
+				}
+			case ResultStale:
+				op.Outcome = checker.Rejected
+				t.rejected++
+			default:
+				op.Outcome = checker.Unknown
+				t.errors++
+			}
+			ops = append(ops, op)
+		}
+	}
+	// Calls that never returned (the worker was killed) may have taken
+	// effect.
+	for _, m := range calls {
+		for _, call := range m {
+			kind := checker.OpClaim
+			if call.Op == OpWrite {
+				kind = checker.OpWrite
+			}
+			ops = append(ops, checker.RegisterOp{Client: call.Worker, Kind: kind, Fence: call.Fence, Value: call.Value, Outcome: checker.Unknown, Call: call.At})
+		}
+	}
+	holds := make([]checker.Hold, 0, len(order))
+	for _, k := range order {
+		l := leases[k]
+		to := l.until
+		if l.to != 0 && l.to < to {
+			to = l.to
+		}
+		holds = append(holds, checker.Hold{Key: LockKey, Holder: fmt.Sprintf("worker%d#%d", k.worker, k.round), Fence: l.fence,
+			From: time.Unix(0, l.from), To: time.Unix(0, to)})
+	}
+	return holds, ops, t
+}

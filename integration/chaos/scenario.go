@@ -1,0 +1,367 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/quorumlock/integration/nemesis"
+	"github.com/quorumlock/quorumlock/integration/testbed"
+)
+
+// Scenario is one row of the safety table: a nemesis and the lock settings
+// it runs with.
+type Scenario struct {
+	// Name identifies the scenario on the command line and in the table.
+	Name string
+	// Faults describes what the nemesis does.
+	Faults string
+	// Guard turns the lock's restart guard on.
+	Guard bool
+	// TTL is the lock's TTL in this scenario.
+	TTL time.Duration
+	// LongFrac is the share of holds that outlast the TTL.
+	LongFrac float64
+	// Short marks the scenarios of the short suite that runs in make test.
+	Short bool
+	// Staged scenarios wait for the event that makes a late write happen,
+	// so the unfenced run must lose updates: the negative control.
+	Staged bool
+	// DoubleGrant says whether the scenario must (true) or must not
+	// (false) make the lock grant the key twice; nil when it may go
+	// either way.
+	DoubleGrant *bool
+	// Rounds is the number of staged faults, or of nemesis steps.
+	Rounds int
+
+	drive func(ctx context.Context, r *run) (int, error)
+}
+
+func yes() *bool { b := true; return &b }
+func no() *bool  { b := false; return &b }
+
+// Restart kinds of the staged restart scenarios.
+const (
+	restartEmpty    = "empty"
+	restartSnapshot = "snapshot"
+	restartAOFTail  = "aof-tail"
+	clockJump       = "clock-jump"
+)
+
+// Scenarios returns every scenario, in the order of the table.
+func Scenarios() []Scenario {
+	const fast, staged = 1500 * time.Millisecond, 4 * time.Second
+	s := []Scenario{
+		{Name: "long-hold", Faults: "no nemesis; a quarter of the holds outlast the TTL (a GC-like stall in the holder)",
+			TTL: fast, LongFrac: 0.25, Rounds: 1, drive: quiet(12 * time.Second)},
+		{Name: "client-pause", Faults: "a holder process SIGSTOPped mid critical section, past its TTL, until another holder wrote",
+			TTL: fast, Short: true, Staged: true, Rounds: 3, drive: clientPause},
+		{Name: "client-kill", Faults: "a holder process SIGKILLed mid critical section; the TTL frees the lock; a new process replaces it",
+			TTL: fast, Rounds: 2, drive: clientKill},
+		{Name: "node-pause", Faults: "one Redis node at a time SIGSTOPped (docker pause) for up to 2 TTL",
+			TTL: fast, Guard: true, Rounds: 8, drive: nodeFaults(nemesis.Pause)},
+		{Name: "partition-2-from-1", Faults: "two nodes cut off from one client (its own links) while the others reach them",
+			TTL: fast, Guard: true, Rounds: 8, drive: partitionFromOne},
+		{Name: "node-latency", Faults: "one node at a time answers late (up to 1.5 node timeouts)",
+			TTL: fast, Guard: true, Rounds: 8, drive: nodeFaults(nemesis.Latency)},
+	}
+	for _, kind := range []string{restartEmpty, restartSnapshot, restartAOFTail} {
+		for _, guard := range []bool{false, true} {
+			name := fmt.Sprintf("restart-%s/guard=%s", kind, map[bool]string{false: "off", true: "on"}[guard])
+			dg := yes()
+			if guard {
+				dg = no()
+			}
+			s = append(s, Scenario{Name: name, Faults: restartFaults[kind], Guard: guard, TTL: staged,
+				Short: kind == restartEmpty, Staged: !guard, DoubleGrant: dg, Rounds: 2, drive: stagedFault(kind)})
+		}
+	}
+	s = append(s, Scenario{Name: "clock-jump", Guard: true, TTL: staged, Short: true, Staged: true, DoubleGrant: yes(), Rounds: 2,
+		Faults: "a holder owns exactly 3 nodes (2 cut off from it); one of them jumps its wall clock forward by 2 TTL (LD_PRELOAD shim); guard on",
+		drive:  stagedFault(clockJump)})
+	return s
+}
+
+var restartFaults = map[string]string{
+	restartEmpty:    "a holder owns exactly 3 nodes (2 cut off from it); one of them restarts without persistence",
+	restartSnapshot: "a holder owns exactly 3 nodes (2 cut off from it); one of them restarts from an RDB snapshot older than the lease",
+	restartAOFTail:  "a holder owns exactly 3 nodes (2 cut off from it); one of them (appendfsync everysec) is killed and loses its AOF tail",
+}
+
+// quiet lets the workload run for d with no nemesis.
+func quiet(d time.Duration) func(ctx context.Context, r *run) (int, error) {
+	return func(ctx context.Context, r *run) (int, error) {
+		sleep(ctx, d)
+		return 0, ctx.Err()
+	}
+}
+
+func isHold(worker int) func(Event) bool {
+	return func(e Event) bool { return e.Op == OpHold && (worker < 0 || e.Worker == worker) }
+}
+
+// wroteAfter matches a write answer of another worker with a newer fence.
+func wroteAfter(worker int, fence int64) func(Event) bool {
+	return func(e Event) bool {
+		return e.Op == OpWrite && e.Phase == PhaseReturn && e.Worker != worker && e.Fence > fence
+	}
+}
+
+func ownWrite(worker, round int) func(Event) bool {
+	return func(e Event) bool {
+		return e.Op == OpWrite && e.Phase == PhaseReturn && e.Worker == worker && e.Round == round
+	}
+}
+
+// clientPause freezes a holder after its read, keeps it frozen until
+// another worker has written under a newer lease, then thaws it: its write
+// comes late.
+func clientPause(ctx context.Context, r *run) (int, error) {
+	ttl := r.sc.TTL
+	injected := 0
+	from := 0
+	for tries := 0; injected < r.sc.Rounds && tries < 3*r.sc.Rounds && ctx.Err() == nil; tries++ {
+		h, idx, ok := r.hist.waitFor(ctx, from, 20*ttl, isHold(-1))
+		if !ok {
+			r.note("no holder within %v", 20*ttl)
+			continue
+		}
+		from = idx + 1
+		p := r.procs[h.Worker]
+		if err := p.pause(); err != nil {
+			return injected, err
+		}
+		if r.wroteYet(idx, h) {
+			r.note("worker %d wrote before the pause landed; not counted", h.Worker)
+			if err := p.resume(); err != nil {
+				return injected, err
+			}
+			continue
+		}
+		injected++
+		if _, _, ok := r.hist.waitFor(ctx, idx, 10*ttl, wroteAfter(h.Worker, h.Fence)); !ok {
+			r.note("no other holder wrote while worker %d was paused", h.Worker)
+		}
+		if err := p.resume(); err != nil {
+			return injected, err
+		}
+		if _, j, ok := r.hist.waitFor(ctx, idx, 10*ttl, ownWrite(h.Worker, h.Round)); ok {
+			from = j + 1
+		}
+	}
+	return injected, ctx.Err()
+}
+
+// wroteYet reports whether the holder of h had called its write before
+// it was paused: the pause then missed the critical section.
+func (r *run) wroteYet(from int, h Event) bool {
+	_, _, ok := r.hist.waitFor(context.Background(), from, 0, func(e Event) bool {
+		return e.Op == OpWrite && e.Worker == h.Worker && e.Round == h.Round
+	})
+	return ok
+}
+
+// clientKill crashes a holder after its read and waits for the lock to
+// pass on once its TTL runs out; a new worker takes the dead one's place.
+func clientKill(ctx context.Context, r *run) (int, error) {
+	ttl := r.sc.TTL
+	injected := 0
+	from := 0
+	for i := 0; i < r.sc.Rounds && ctx.Err() == nil; i++ {
+		h, idx, ok := r.hist.waitFor(ctx, from, 20*ttl, isHold(-1))
+		if !ok {
+			r.note("round %d: no holder within %v", i, 20*ttl)
+			continue
+		}
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := r.procs[h.Worker].kill(kctx)
+		cancel()
+		if err != nil {
+			return injected, err
+		}
+		injected++
+		_, j, ok := r.hist.waitFor(ctx, idx, 10*ttl, wroteAfter(h.Worker, h.Fence))
+		if !ok {
+			return injected, fmt.Errorf("round %d: nobody wrote within %v after worker %d was killed holding the lock", i, 10*ttl, h.Worker)
+		}
+		from = j + 1
+		if _, err := r.spawn(); err != nil {
+			return injected, err
+		}
+	}
+	return injected, ctx.Err()
+}
+
+// nodeFaults runs a seeded nemesis plan of one fault kind on the nodes.
+func nodeFaults(kind nemesis.Kind) func(ctx context.Context, r *run) (int, error) {
+	return func(ctx context.Context, r *run) (int, error) {
+		plan, err := nemesis.Plan(nemesis.PlanOptions{Seed: r.seed, Nodes: len(r.env.bed.Redis), Steps: r.sc.Rounds,
+			Kinds: []nemesis.Kind{kind}, MaxFor: 2 * r.sc.TTL, MaxDelay: r.sc.TTL / 10 * 3 / 2})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		err = nemesis.Run(ctx, r.env.bed.Redis, plan, func(nemesis.Step) { n++ })
+		return n, err
+	}
+}
+
+// partitionFromOne cuts two nodes off from one worker at a time, through
+// that worker's own links.
+func partitionFromOne(ctx context.Context, r *run) (int, error) {
+	ttl := r.sc.TTL
+	n := 0
+	for i := 0; i < r.sc.Rounds && ctx.Err() == nil; i++ {
+		w := r.rng.IntN(r.env.workers)
+		a := r.rng.IntN(5)
+		b := (a + 1 + r.rng.IntN(4)) % 5
+		cut := []*testbed.Link{r.env.links[w][a], r.env.links[w][b]}
+		for _, lk := range cut {
+			if err := lk.Partition(ctx); err != nil {
+				return n, err
+			}
+		}
+		n++
+		sleep(ctx, ttl/2+time.Duration(r.rng.Int64N(int64(2*ttl))))
+		heal := context.WithoutCancel(ctx)
+		for _, lk := range cut {
+			if err := lk.Heal(heal); err != nil {
+				return n, err
+			}
+		}
+		sleep(ctx, time.Duration(r.rng.Int64N(int64(ttl/2))))
+	}
+	return n, ctx.Err()
+}
+
+// stagedFault stages Redlock's known double grant: worker 0 is cut off from
+// nodes 3 and 4, so its lease holds exactly nodes 0, 1 and 2. Once it holds
+// and has read, it is frozen, and one of its three nodes forgets the key
+// (kind says how). Without the guard, another worker then wins that node
+// with 3 and 4: two holders at once. The frozen worker is thawed when the
+// other has written, or well inside its own lease when nobody could.
+func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
+	return func(ctx context.Context, r *run) (int, error) {
+		ttl := r.sc.TTL
+		nodes := r.env.bed.Redis
+		a := r.procs[0]
+		injected := 0
+		from := 0
+		for i := 0; injected < r.sc.Rounds && i < 3*r.sc.Rounds && ctx.Err() == nil; i++ {
+			victim := r.rng.IntN(3)
+			var snap testbed.Snapshot
+			if kind == restartSnapshot {
+				var err error
+				if snap, err = nodes[victim].Snapshot(ctx); err != nil {
+					return injected, err
+				}
+			}
+			for _, lk := range r.env.links[0][3:] {
+				if err := lk.Partition(ctx); err != nil {
+					return injected, err
+				}
+			}
+			// Worker 0 must take a fresh lease now that it is cut off. It
+			// needs all three nodes it still reaches, which the others,
+			// reaching five, would rarely leave it: they wait at their
+			// gates, outside any lease, until it holds.
+			from = r.hist.len()
+			if err := r.gateOthers(0, true); err != nil {
+				return injected, err
+			}
+			h, idx, ok := r.hist.waitFor(ctx, from, 6*ttl+20*time.Second, isHold(0))
+			if ok {
+				if err := a.pause(); err != nil {
+					return injected, err
+				}
+			}
+			if err := r.gateOthers(0, false); err != nil {
+				return injected, err
+			}
+			if !ok || r.wroteYet(idx, h) {
+				if ok {
+					r.note("round %d: worker 0 wrote before the pause landed; not counted", i)
+					if err := a.resume(); err != nil {
+						return injected, err
+					}
+				} else {
+					r.note("round %d: worker 0 held no lease within %v", i, 6*ttl+20*time.Second)
+				}
+				if err := healLinks(ctx, r); err != nil {
+					return injected, err
+				}
+				continue
+			}
+			if err := forget(ctx, r, kind, victim, snap); err != nil {
+				_ = a.resume()
+				return injected, err
+			}
+			injected++
+			until := time.Unix(0, h.Until)
+			// Thaw well inside the lease if nobody else gets to write.
+			wait := time.Until(until) - ttl/3
+			if e, _, ok := r.hist.waitFor(ctx, idx, max(wait, 0), wroteAfter(0, h.Fence)); ok {
+				r.note("round %d: node %d forgot (%s); worker %d wrote under fence %d while worker 0 held fence %d", i, victim, kind, e.Worker, e.Fence, h.Fence)
+			} else {
+				r.note("round %d: node %d forgot (%s); nobody else wrote during worker 0's lease", i, victim, kind)
+			}
+			if err := a.resume(); err != nil {
+				return injected, err
+			}
+			if err := healLinks(ctx, r); err != nil {
+				return injected, err
+			}
+			if _, j, ok := r.hist.waitFor(ctx, idx, 10*ttl, ownWrite(0, h.Round)); ok {
+				from = j + 1
+			}
+		}
+		return injected, ctx.Err()
+	}
+}
+
+// gateOthers closes or opens the gate of every worker but one.
+func (r *run) gateOthers(except int, closed bool) error {
+	for id, p := range r.procs {
+		if id == except {
+			continue
+		}
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		if err := p.gate(closed); err != nil {
+			return fmt.Errorf("worker %d: gate: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func healLinks(ctx context.Context, r *run) error {
+	for _, lk := range r.env.links[0] {
+		if err := lk.Heal(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forget makes node victim lose worker 0's key the way kind says.
+func forget(ctx context.Context, r *run, kind string, victim int, snap testbed.Snapshot) error {
+	n := r.env.bed.Redis[victim]
+	switch kind {
+	case restartEmpty:
+		return n.Restart(ctx, false)
+	case restartSnapshot:
+		return n.RestartFromSnapshot(ctx, snap)
+	case restartAOFTail:
+		if _, err := n.KillLosingTail(ctx, 1); err != nil {
+			return err
+		}
+		return n.Restart(ctx, true)
+	case clockJump:
+		r.env.clock[victim] += 2 * r.sc.TTL
+		return n.SetClockOffset(ctx, r.env.clock[victim])
+	}
+	return fmt.Errorf("unknown fault %q", kind)
+}

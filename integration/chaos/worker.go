@@ -1,0 +1,347 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// EnvWorker carries a worker's configuration, as JSON, to a worker process.
+// A binary that can act as a worker calls [MaybeWorker] first thing in main
+// (or TestMain).
+const EnvWorker = "QUORUMLOCK_CHAOS_WORKER"
+
+// Tables of the workload, in the bed's main database.
+const (
+	stockTable  = "kleppmann_stock"
+	writesTable = "kleppmann_writes"
+	// LockKey is the key every worker locks.
+	LockKey = "stock:42"
+	product = "42"
+)
+
+// WorkerConfig is what one worker process needs.
+type WorkerConfig struct {
+	ID     int      `json:"id"`
+	Redis  []string `json:"redis"`
+	DSN    string   `json:"dsn"`
+	Fenced bool     `json:"fenced"`
+	Guard  bool     `json:"guard"`
+	Seed   uint64   `json:"seed"`
+	// Rounds bounds the worker's loop.
+	Rounds      int           `json:"rounds"`
+	TTL         time.Duration `json:"ttl"`
+	NodeTimeout time.Duration `json:"nodeTimeout"`
+	// Hold is the usual time between the read and the write; LongHold,
+	// taken with probability LongFrac, is meant to outlast the TTL.
+	Hold     time.Duration `json:"hold"`
+	LongHold time.Duration `json:"longHold"`
+	LongFrac float64       `json:"longFrac"`
+}
+
+// Event is one line of a worker's history: the call or the return of one
+// operation. Times are wall-clock Unix nanoseconds, comparable across the
+// processes of one machine.
+type Event struct {
+	Worker int    `json:"w"`
+	Round  int    `json:"n"`
+	Op     string `json:"op"`
+	Phase  string `json:"ph"`
+	At     int64  `json:"t"`
+	Fence  int64  `json:"f,omitempty"`
+	Value  int64  `json:"v,omitempty"`
+	Until  int64  `json:"u,omitempty"`
+	Result string `json:"r,omitempty"`
+	Err    string `json:"e,omitempty"`
+}
+
+// Operations and phases of Event.
+const (
+	OpLock   = "lock"
+	OpRead   = "read"
+	OpHold   = "hold"
+	OpWrite  = "write"
+	OpUnlock = "unlock"
+
+	PhaseCall   = "call"
+	PhaseReturn = "return"
+
+	ResultOK    = "ok"
+	ResultStale = "stale"
+	ResultError = "error"
+)
+
+// MaybeWorker runs a worker and exits the process when the environment
+// carries a worker configuration ([EnvWorker]); otherwise it returns at
+// once. Call it first thing in main or TestMain.
+func MaybeWorker() {
+	raw, ok := os.LookupEnv(EnvWorker)
+	if !ok {
+		return
+	}
+	var cfg WorkerConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos worker: bad %s: %v\n", EnvWorker, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	err := RunWorker(ctx, cfg, os.Stdin, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaos worker %d: %v\n", cfg.ID, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Control lines a worker reads on its input.
+const (
+	// ctlGate makes the worker finish its round and wait before its next
+	// lock call.
+	ctlGate = "gate"
+	// ctlOpen lets a gated worker go on.
+	ctlOpen = "open"
+)
+
+// RunWorker runs the workload loop until cfg.Rounds are done, ctx ends or
+// in reaches its end (the parent is gone), writing one JSON Event per line
+// to out. Lines read from in control it: "gate" holds the worker before its
+// next lock call, "open" lets it go on.
+func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Writer) error {
+	if cfg.Rounds <= 0 || cfg.TTL <= 0 || len(cfg.Redis) == 0 {
+		return errors.New("worker needs Rounds, TTL and Redis addresses")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := newGate()
+	go func() {
+		defer cancel()
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			g.set(strings.TrimSpace(sc.Text()) == ctlGate)
+		}
+	}()
+	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(setup, cfg.DSN)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	issuer, err := fencing.NewIssuer(pool)
+	if err != nil {
+		return err
+	}
+	table, err := fencing.NewTable(stockTable, "product_id")
+	if err != nil {
+		return err
+	}
+	clients := make([]redis.UniversalClient, len(cfg.Redis))
+	for i, a := range cfg.Redis {
+		c := redis.NewClient(testbed.ClientOptions(a))
+		defer c.Close()
+		clients[i] = c
+	}
+	nodeTimeout := cfg.NodeTimeout
+	if nodeTimeout <= 0 {
+		nodeTimeout = cfg.TTL / 10
+	}
+	l, err := quorum.New(clients, quorum.WithTTL(cfg.TTL), quorum.WithNodeTimeout(nodeTimeout),
+		quorum.WithFencer(issuer), quorum.WithAmnesiaGuard(cfg.Guard), quorum.WithAmnesiaWindow(cfg.TTL),
+		quorum.WithMaxWait(2*cfg.TTL))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	w := &worker{cfg: cfg, out: out, pool: pool, table: table, locker: l,
+		rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID)+1))}
+	for n := 0; n < cfg.Rounds && ctx.Err() == nil; n++ {
+		if !g.wait(ctx) {
+			break
+		}
+		w.round(ctx, n)
+	}
+	return w.err
+}
+
+// gate holds a worker between rounds while it is closed.
+type gate struct {
+	mu     sync.Mutex
+	closed bool
+	open   chan struct{} // closed while the gate is open
+}
+
+func newGate() *gate {
+	ch := make(chan struct{})
+	close(ch)
+	return &gate{open: ch}
+}
+
+func (g *gate) set(closed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if closed == g.closed {
+		return
+	}
+	g.closed = closed
+	if closed {
+		g.open = make(chan struct{})
+	} else {
+		close(g.open)
+	}
+}
+
+// wait returns true once the gate is open, false when ctx ends first.
+func (g *gate) wait(ctx context.Context) bool {
+	g.mu.Lock()
+	ch := g.open
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return ctx.Err() == nil
+	case <-ctx.Done():
+		return false
+	}
+}
+
+type worker struct {
+	cfg    WorkerConfig
+	out    io.Writer
+	pool   *pgxpool.Pool
+	table  *fencing.Table
+	locker *quorum.Locker
+	rng    *rand.Rand
+
+	mu  sync.Mutex
+	err error
+}
+
+func (w *worker) emit(e Event) {
+	e.Worker = w.cfg.ID
+	if e.At == 0 {
+		e.At = time.Now().UnixNano()
+	}
+	b, _ := json.Marshal(e)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, err := w.out.Write(append(b, '\n')); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
+func result(err error) (string, string) {
+	switch {
+	case err == nil:
+		return ResultOK, ""
+	case errors.Is(err, fencing.ErrStaleFence), errors.Is(err, fencing.ErrNotClaimed):
+		return ResultStale, err.Error()
+	default:
+		return ResultError, err.Error()
+	}
+}
+
+// round is one pass of the loop. Database calls run under a context that
+// outlives the lease on purpose: a holder that stops trusting its lease
+// would hide exactly the fault the run looks for.
+func (w *worker) round(ctx context.Context, n int) {
+	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseCall})
+	lease, err := w.locker.Lock(ctx, LockKey)
+	if err != nil {
+		r, msg := result(err)
+		w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: r, Err: msg})
+		sleep(ctx, 5*time.Millisecond)
+		return
+	}
+	// The validity end, on the wall clock shared by the processes.
+	until := time.Now().Add(time.Until(lease.Until())).UnixNano()
+	fence := lease.Fence()
+	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: ResultOK, Fence: fence, Until: until})
+	defer func() {
+		w.emit(Event{Round: n, Op: OpUnlock, Phase: PhaseCall, Fence: fence})
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.TTL)
+		err := lease.Unlock(uctx)
+		cancel()
+		r, msg := result(err)
+		w.emit(Event{Round: n, Op: OpUnlock, Phase: PhaseReturn, Fence: fence, Result: r, Err: msg})
+	}()
+	db, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+
+	w.emit(Event{Round: n, Op: OpRead, Phase: PhaseCall, Fence: fence})
+	var v int64
+	if w.cfg.Fenced {
+		err = w.table.Claim(db, w.pool, product, fence, []string{"available"}, &v)
+	} else {
+		err = w.pool.QueryRow(db, "SELECT available FROM "+stockTable+" WHERE product_id = $1", product).Scan(&v)
+	}
+	r, msg := result(err)
+	w.emit(Event{Round: n, Op: OpRead, Phase: PhaseReturn, Fence: fence, Value: v, Result: r, Err: msg})
+	if err != nil {
+		return
+	}
+
+	hold := w.cfg.Hold
+	if w.cfg.LongFrac > 0 && w.rng.Float64() < w.cfg.LongFrac {
+		hold = w.cfg.LongHold
+	}
+	if hold > 0 {
+		hold = hold/2 + time.Duration(w.rng.Int64N(int64(hold)))
+	}
+	w.emit(Event{Round: n, Op: OpHold, Phase: PhaseCall, Fence: fence, Value: int64(hold), Until: until})
+	sleep(ctx, hold)
+
+	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseCall, Fence: fence, Value: v - 1})
+	err = w.write(db, fence, v)
+	r, msg = result(err)
+	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseReturn, Fence: fence, Value: v - 1, Result: r, Err: msg})
+}
+
+// write stores read-1 and logs the write in the same transaction, so the
+// log's order is the commit order.
+func (w *worker) write(ctx context.Context, fence, read int64) error {
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		var err error
+		if w.cfg.Fenced {
+			err = w.table.Update(ctx, tx, fencing.Update{Key: product, Fence: fence, Claimed: true,
+				Set: []fencing.Assignment{fencing.Set("available", read-1)}})
+		} else {
+			_, err = tx.Exec(ctx, "UPDATE "+stockTable+" SET available = $1 WHERE product_id = $2", read-1, product)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO "+writesTable+" (fence, worker, read, wrote) VALUES ($1, $2, $3, $4)",
+			fence, w.cfg.ID, read, read-1)
+		return err
+	})
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,16 @@
+package integration_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/quorumlock/quorumlock/integration/chaos"
+)
+
+// TestMain lets this test binary double as a chaos worker process: the
+// chaos suite re-executes it with the worker's configuration in the
+// environment.
+func TestMain(m *testing.M) {
+	chaos.MaybeWorker()
+	os.Exit(m.Run())
+}
