@@ -246,7 +246,6 @@ func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
 		nodes := r.env.bed.Redis
 		a := r.procs[0]
 		injected := 0
-		from := 0
 		for i := 0; injected < r.sc.Rounds && i < 3*r.sc.Rounds && ctx.Err() == nil; i++ {
 			victim := r.rng.IntN(3)
 			var snap testbed.Snapshot
@@ -265,7 +264,7 @@ func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
 			// needs all three nodes it still reaches, which the others,
 			// reaching five, would rarely leave it: they wait at their
 			// gates, outside any lease, until it holds.
-			from = r.hist.len()
+			from := r.hist.len()
 			if err := r.gateOthers(0, true); err != nil {
 				return injected, err
 			}
@@ -311,8 +310,8 @@ func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
 			if err := healLinks(ctx, r); err != nil {
 				return injected, err
 			}
-			if _, j, ok := r.hist.waitFor(ctx, idx, 10*ttl, ownWrite(0, h.Round)); ok {
-				from = j + 1
+			if _, _, ok := r.hist.waitFor(ctx, idx, 10*ttl, ownWrite(0, h.Round)); !ok {
+				r.note("round %d: worker 0 did not answer its write within %v", i, 10*ttl)
 			}
 		}
 		return injected, ctx.Err()
