@@ -230,7 +230,7 @@ func (e *Env) Run(ctx context.Context, sc Scenario, fenced bool, seed uint64) (R
 		for _, id := range sortedIDs(r.procs) {
 			p := r.procs[id]
 			if err := p.stop(3*sc.TTL + 15*time.Second); err != nil && !isSignalled(err) {
-				stopErrs = append(stopErrs, fmt.Errorf("worker %d: %w: %s", id, err, lastLines(p.stderrText(), 5)))
+				stopErrs = append(stopErrs, fmt.Errorf("worker %d: %w: %s", id, err, lastLines(p.stderrText(), 40)))
 			}
 		}
 	}

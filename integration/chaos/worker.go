@@ -129,11 +129,13 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	if cfg.Rounds <= 0 || cfg.TTL <= 0 || len(cfg.Redis) == 0 {
 		return errors.New("worker needs Rounds, TTL and Redis addresses")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, parentGone := context.WithCancel(ctx)
+	defer parentGone()
 	g := newGate()
+	// The reader ends when in does: in a worker process, when the parent
+	// closes the pipe or dies.
 	go func() {
-		defer cancel()
+		defer parentGone()
 		sc := bufio.NewScanner(in)
 		for sc.Scan() {
 			g.set(strings.TrimSpace(sc.Text()) == ctlGate)
