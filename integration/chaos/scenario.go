@@ -107,6 +107,13 @@ func wroteAfter(worker int, fence int64) func(Event) bool {
 	}
 }
 
+// readAfter matches a successful read of another worker with a newer fence.
+func readAfter(worker int, fence int64) func(Event) bool {
+	return func(e Event) bool {
+		return e.Op == OpRead && e.Phase == PhaseReturn && e.Result == ResultOK && e.Worker != worker && e.Fence > fence
+	}
+}
+
 func ownWrite(worker, round int) func(Event) bool {
 	return func(e Event) bool {
 		return e.Op == OpWrite && e.Phase == PhaseReturn && e.Worker == worker && e.Round == round
@@ -118,9 +125,9 @@ func ownWrite(worker, round int) func(Event) bool {
 // comes late.
 func clientPause(ctx context.Context, r *run) (int, error) {
 	ttl := r.sc.TTL
-	injected := 0
+	injected, staged := 0, 0
 	from := 0
-	for tries := 0; injected < r.sc.Rounds && tries < 3*r.sc.Rounds && ctx.Err() == nil; tries++ {
+	for tries := 0; (injected < r.sc.Rounds || staged == 0) && tries < 3*r.sc.Rounds && ctx.Err() == nil; tries++ {
 		h, idx, ok := r.hist.waitFor(ctx, from, 20*ttl, isHold(-1))
 		if !ok {
 			r.note("no holder within %v", 20*ttl)
@@ -139,7 +146,9 @@ func clientPause(ctx context.Context, r *run) (int, error) {
 			continue
 		}
 		injected++
-		if _, _, ok := r.hist.waitFor(ctx, idx, 10*ttl, wroteAfter(h.Worker, h.Fence)); !ok {
+		if _, _, ok := r.hist.waitFor(ctx, idx, 10*ttl, wroteAfter(h.Worker, h.Fence)); ok {
+			staged++
+		} else {
 			r.note("no other holder wrote while worker %d was paused", h.Worker)
 		}
 		if err := p.resume(); err != nil {
@@ -245,8 +254,10 @@ func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
 		ttl := r.sc.TTL
 		nodes := r.env.bed.Redis
 		a := r.procs[0]
-		injected := 0
-		for i := 0; injected < r.sc.Rounds && i < 3*r.sc.Rounds && ctx.Err() == nil; i++ {
+		injected, staged := 0, 0
+		// A staged scenario goes on past its rounds, a bounded number of
+		// times, until one round has staged the late write.
+		for i := 0; (injected < r.sc.Rounds || r.sc.Staged && staged == 0) && i < 3*r.sc.Rounds && ctx.Err() == nil; i++ {
 			victim := r.rng.IntN(3)
 			var snap testbed.Snapshot
 			if kind == restartSnapshot {
@@ -297,12 +308,15 @@ func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
 			}
 			injected++
 			until := time.Unix(0, h.Until)
-			// Thaw well inside the lease if nobody else gets to write.
-			wait := time.Until(until) - ttl/3
-			if e, _, ok := r.hist.waitFor(ctx, idx, max(wait, 0), wroteAfter(0, h.Fence)); ok {
-				r.note("round %d: node %d forgot (%s); worker %d wrote under fence %d while worker 0 held fence %d", i, victim, kind, e.Worker, e.Fence, h.Fence)
+			// Once a second holder has read, worker 0's write is late
+			// whatever happens next. Thaw it then, or inside its own lease
+			// if nobody else gets that far.
+			wait := time.Until(until) - ttl/4
+			if e, _, ok := r.hist.waitFor(ctx, idx, max(wait, 0), readAfter(0, h.Fence)); ok {
+				staged++
+				r.note("round %d: node %d forgot (%s); worker %d read under fence %d while worker 0 held fence %d", i, victim, kind, e.Worker, e.Fence, h.Fence)
 			} else {
-				r.note("round %d: node %d forgot (%s); nobody else wrote during worker 0's lease", i, victim, kind)
+				r.note("round %d: node %d forgot (%s); nobody else read during worker 0's lease", i, victim, kind)
 			}
 			if err := a.resume(); err != nil {
 				return injected, err
