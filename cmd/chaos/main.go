@@ -240,6 +240,9 @@ write a claimed update) and without it (plain SELECT and UPDATE: the negative co
   unlock or the validity end): the lock itself failed. The fence does not prevent them; it prevents their damage.
 - Staged rows wait for the event that makes the late write happen, so their unfenced run must lose updates;
   a row that fails a verdict says so in its last column.
+- The counts of leases and writes move from run to run with the machine's timing; what a rerun reproduces is
+  what the verdicts assert: 0 violations with fencing, rejections and unfenced losses in the staged rows, double
+  grants where the guard is off or the clock jumps, and none where the guard is on.
 
 `)
 	return b.String()
