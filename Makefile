@@ -20,7 +20,7 @@ help:
 	@echo "make demo    start the test bed and run the main job"
 	@echo "make test    every test: lint, unit, race, integration on both providers"
 	@echo "make images  build the local Redis and Postgres images from Debian packages"
-	@echo "make deps    install redis-server, postgresql and debootstrap when missing"
+	@echo "make deps    install redis-server, postgresql, debootstrap and promtool (prometheus) when missing"
 	@echo "make bench   the benchmarks"
 	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
 	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
