@@ -53,17 +53,17 @@ func Scenarios() []Scenario {
 	const fast, staged = 1500 * time.Millisecond, 4 * time.Second
 	s := []Scenario{
 		{Name: "long-hold", Faults: "no nemesis; a quarter of the holds outlast the TTL (a GC-like stall in the holder)",
-			TTL: fast, LongFrac: 0.25, Rounds: 1, drive: quiet(12 * time.Second)},
+			TTL: fast, LongFrac: 0.25, Rounds: 1, DoubleGrant: no(), drive: quiet(12 * time.Second)},
 		{Name: "client-pause", Faults: "a holder process SIGSTOPped mid critical section, past its TTL, until another holder wrote",
-			TTL: fast, Short: true, Staged: true, Rounds: 3, drive: clientPause},
+			TTL: fast, Short: true, Staged: true, Rounds: 3, DoubleGrant: no(), drive: clientPause},
 		{Name: "client-kill", Faults: "a holder process SIGKILLed mid critical section; the TTL frees the lock; a new process replaces it",
-			TTL: fast, Rounds: 2, drive: clientKill},
+			TTL: fast, Rounds: 2, DoubleGrant: no(), drive: clientKill},
 		{Name: "node-pause", Faults: "one Redis node at a time SIGSTOPped (docker pause) for up to 2 TTL",
-			TTL: fast, Guard: true, Rounds: 8, drive: nodeFaults(nemesis.Pause)},
+			TTL: fast, Guard: true, Rounds: 8, DoubleGrant: no(), drive: nodeFaults(nemesis.Pause)},
 		{Name: "partition-2-from-1", Faults: "two nodes cut off from one client (its own links) while the others reach them",
-			TTL: fast, Guard: true, Rounds: 8, drive: partitionFromOne},
+			TTL: fast, Guard: true, Rounds: 8, DoubleGrant: no(), drive: partitionFromOne},
 		{Name: "node-latency", Faults: "one node at a time answers late (up to 1.5 node timeouts)",
-			TTL: fast, Guard: true, Rounds: 8, drive: nodeFaults(nemesis.Latency)},
+			TTL: fast, Guard: true, Rounds: 8, DoubleGrant: no(), drive: nodeFaults(nemesis.Latency)},
 	}
 	for _, kind := range []string{restartEmpty, restartSnapshot, restartAOFTail} {
 		for _, guard := range []bool{false, true} {
