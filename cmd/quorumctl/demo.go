@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -348,13 +347,4 @@ func findOrdersd(flagValue string) (string, error) {
 		return p, nil
 	}
 	return "", errors.New("ordersd binary not found: run `go build -o bin/ordersd ./cmd/ordersd` or pass -ordersd")
-}
-
-func demoFlags(args []string) (string, error) {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	bin := fs.String("ordersd", "", "path of the ordersd binary (default bin/ordersd, then PATH)")
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	return findOrdersd(*bin)
 }

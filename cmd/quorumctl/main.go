@@ -1,154 +1,257 @@
-// Command quorumctl starts and inspects a quorumlock test bed.
+// Command quorumctl starts a quorumlock test bed and answers an on-call
+// engineer's questions about a running deployment.
 //
-//	quorumctl demo [-ordersd PATH]   start five Redis masters and Postgres, show each answering,
-//	                                 run the seed scenario against three ordersd processes, stop
-//	quorumctl bed [-hold]   start a bed, print its addresses as environment lines;
-//	                        with -hold keep it up until interrupted
-//	quorumctl trust -addrs A,B,...   vouch for brand-new Redis masters to the lock's
-//	                                 restart guard, until each one's next restart
+// Test bed:
 //
-// The provider is chosen by QUORUMLOCK_TESTBED (docker, local or auto).
+//	quorumctl demo [--ordersd PATH]   start five Redis masters and Postgres, show each answering,
+//	                                  run the seed scenario against three ordersd processes, stop
+//	quorumctl bed [--redis N] [--hold]   start a bed, print its addresses as environment lines;
+//	                                     with --hold keep it up until interrupted
+//	quorumctl trust --addrs A,B,...   vouch for brand-new Redis masters to the lock's
+//	                                  restart guard, until each one's next restart
+//
+// The bed's provider is chosen by QUORUMLOCK_TESTBED (docker, local or auto).
+//
+// Operator commands, configured like ordersd (ORDERS_REDIS_ADDRS,
+// ORDERS_DATABASE_URL or ORDERS_DATABASE_URL_FILE, ORDERS_REDIS_USERNAME,
+// ORDERS_REDIS_PASSWORD or ORDERS_REDIS_PASSWORD_FILE, ORDERS_REDIS_TLS,
+// ORDERS_REDIS_TLS_CA_FILE, ORDERS_REDIS_DURABLE, ORDERS_LOCK_TTL,
+// ORDERS_NODE_TIMEOUT), each overridable by a flag (--redis, --database-url,
+// ...):
+//
+//	quorumctl status             every node: reachable, latency, version, uptime, may it vote now
+//	quorumctl inspect KEY        the value digest and PTTL of KEY on every node, and its majority holder
+//	quorumctl lock KEY [--ttl D] [--hold D] [--wait D]   take KEY through quorum.Locker
+//	quorumctl unlock KEY --token T   compare-and-delete KEY on every node
+//	quorumctl fence KEY          the current fence of KEY in fence_counters
+//	quorumctl invariants         run store.CheckInvariants once; exit status 1 on a violation
+//
+// Every operator command prints a table, or JSON with -o json. Tokens are
+// shown as a short digest (the first 8 hex digits of their SHA-256), never
+// in full, except once by `lock --hold 0`, which keeps the lock and must hand
+// its token to the operator. The database password is never printed.
+//
+// Exit status: 0 on success, 1 when the command failed or found a problem
+// (an unhealthy cluster, a violation, nothing released), 2 on bad usage.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/spf13/cobra"
 )
 
 func main() {
+	// go-redis logs every failed dial on its own; the commands report an
+	// unreachable node themselves.
+	redis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "quorumctl:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("usage: quorumctl demo [-ordersd PATH] | bed [-redis N] [-hold] | trust -addrs HOST:PORT[,HOST:PORT]")
+// quietLogger drops go-redis's log lines.
+type quietLogger struct{}
+
+// Printf does nothing.
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// app is the state of one invocation: its streams, its environment, and
+// the secrets it read, which no error it returns may contain.
+type app struct {
+	env            func(string) (string, bool)
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	secrets        []string
+	started        bool // a command's RunE began: later errors are not usage errors
+}
+
+// run executes the command line args and returns its error, with every
+// secret the invocation read replaced by xxxxx.
+func run(ctx context.Context, args []string, env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) error {
+	a := &app{env: env, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	root.SetArgs(normalizeArgs(root, args))
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return nil
 	}
-	switch args[0] {
-	case "demo":
-		bin, err := demoFlags(args[1:])
-		if err != nil {
-			return err
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		code := 1
+		if !a.started {
+			code = 2
 		}
-		return demo(ctx, bin, out)
-	case "bed":
-		return bed(ctx, args[1:], out)
-	case "trust":
-		return trust(ctx, args[1:], out)
-	default:
-		return fmt.Errorf("unknown command %q: want demo, bed or trust", args[0])
+		err = &exitError{code: code, err: err}
+	}
+	return a.redact(err)
+}
+
+// exitError carries the exit status of an error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError is bad usage (exit status 2).
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode is the exit status for err: 1 unless it says otherwise.
+func exitCode(err error) int {
+	var re *redactedError
+	if errors.As(err, &re) {
+		return re.code
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+// redactedError is an error whose message had the secrets taken out. It
+// keeps the exit status of the original, but not the original itself.
+type redactedError struct {
+	msg  string
+	code int
+}
+
+func (e *redactedError) Error() string { return e.msg }
+
+// redact returns err with every secret of the invocation replaced by xxxxx.
+func (a *app) redact(err error) error {
+	return &redactedError{msg: a.scrub(err.Error()), code: exitCode(err)}
+}
+
+func (a *app) scrub(s string) string {
+	for _, sec := range a.secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	return s
+}
+
+// addSecret records a secret that must never appear in an error.
+func (a *app) addSecret(s string) {
+	if s != "" {
+		a.secrets = append(a.secrets, s)
 	}
 }
 
-// trust vouches for each given node, as it runs now, to the restart guard
-// (quorum.TrustNode): for brand-new nodes that never held a lock.
-func trust(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("trust", flag.ContinueOnError)
-	addrs := fs.String("addrs", "", "comma-separated Redis masters that never held a lock")
-	if err := fs.Parse(args); err != nil {
-		return err
+// rootCmd builds the command tree of one invocation.
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "quorumctl",
+		Short: "Start a quorumlock test bed, and inspect a running deployment",
+		Long: `quorumctl starts a quorumlock test bed (demo, bed, trust) and answers an
+on-call engineer's questions about a running deployment (status, inspect,
+lock, unlock, fence, invariants).
+
+The operator commands read ordersd's configuration: ORDERS_REDIS_ADDRS,
+ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE), ORDERS_REDIS_USERNAME,
+ORDERS_REDIS_PASSWORD (or ORDERS_REDIS_PASSWORD_FILE), ORDERS_REDIS_TLS,
+ORDERS_REDIS_TLS_CA_FILE, ORDERS_REDIS_DURABLE, ORDERS_LOCK_TTL and
+ORDERS_NODE_TIMEOUT; a flag overrides its variable. Tokens are shown as a
+short digest (the first 8 hex digits of their SHA-256): the full token is
+printed only by 'lock --hold 0', once.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(a.stderr)
+			_ = cmd.Help()
+			return usageError("no command given")
+		},
 	}
-	var list []string
-	for _, a := range strings.Split(*addrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			list = append(list, a)
-		}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError("%w (see '%s --help')", err, cmd.CommandPath())
+	})
+	root.AddCommand(a.demoCmd(), a.bedCmd(), a.trustCmd(),
+		a.statusCmd(), a.inspectCmd(), a.lockCmd(), a.unlockCmd(), a.fenceCmd(), a.invariantsCmd())
+	return root
+}
+
+// runE marks the start of a command's own work, so that the errors it
+// returns count as failures, not as bad usage.
+func (a *app) runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a.started = true
+		return fn(cmd, args)
 	}
-	if len(list) == 0 {
-		return errors.New("trust: -addrs names no node")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for _, a := range list {
-		c := redis.NewClient(testbed.ClientOptions(a))
-		err := quorum.TrustNode(ctx, c)
-		_ = c.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", a, err)
-		}
-		fmt.Fprintf(out, "%s: trusted until its next restart\n", a)
+}
+
+// keyArg checks that a command got exactly one non-empty KEY.
+func keyArg(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return usageError("missing KEY: usage: %s", cmd.UseLine())
+	case len(args) > 1:
+		return usageError("want one KEY, got %d arguments: usage: %s", len(args), cmd.UseLine())
+	case args[0] == "":
+		return usageError("KEY is empty")
 	}
 	return nil
 }
 
-func bed(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("bed", flag.ContinueOnError)
-	n := fs.Int("redis", 5, "number of Redis masters")
-	hold := fs.Bool("hold", false, "keep the bed up until interrupted")
-	if err := fs.Parse(args); err != nil {
-		return err
+// normalizeArgs rewrites the single-dash long flags of the flag package
+// (-ordersd PATH, -hold, -addrs A,B) into cobra's double-dash form, so that
+// command lines written for the earlier quorumctl keep working. Only the
+// names of long flags the command defines are rewritten; shorthands such as
+// -o json, and flag values, are left alone.
+func normalizeArgs(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd == nil {
+		return args
 	}
-	b, err := testbed.New(ctx, testbed.Options{Redis: *n, Postgres: true})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	fmt.Fprintf(out, "QUORUMLOCK_PROVIDER=%s\n", b.Provider)
-	fmt.Fprintf(out, "ORDERS_REDIS_ADDRS=%s\n", strings.Join(b.RedisAddrs(), ","))
-	fmt.Fprintf(out, "ORDERS_DATABASE_URL=%s\n", b.Postgres.DSN())
-	if *hold {
-		fmt.Fprintln(out, "# bed is up; interrupt to stop it")
-		<-ctx.Done()
-	}
-	return nil
-}
-
-// demo starts the bed, shows every server answering, and runs the seed
-// scenario against three ordersd processes.
-func demo(ctx context.Context, bin string, out io.Writer) error {
-	start := time.Now()
-	b, err := testbed.New(ctx, testbed.Options{Redis: 5, Postgres: true})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	fmt.Fprintf(out, "bed up in %v with the %s provider\n", time.Since(start).Round(time.Millisecond), b.Provider)
-	for _, n := range b.Redis {
-		c := redis.NewClient(testbed.ClientOptions(n.Addr()))
-		pong, err := c.Ping(ctx).Result()
-		info, ierr := c.Info(ctx, "server").Result()
-		_ = c.Close()
-		if err := errors.Join(err, ierr); err != nil {
-			return fmt.Errorf("%s: %w", n.Name(), err)
+	fs := cmd.Flags()
+	out := make([]string, 0, len(args))
+	skipValue := false
+	for i, arg := range args {
+		if skipValue {
+			skipValue = false
+			out = append(out, arg)
+			continue
 		}
-		fmt.Fprintf(out, "  %s at %s: %s (redis %s)\n", n.Name(), n.Addr(), pong, infoField(info, "redis_version"))
-	}
-	conn, err := pgx.Connect(ctx, b.Postgres.DSN())
-	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	defer conn.Close(context.Background())
-	var version string
-	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	fmt.Fprintf(out, "  postgres at %s: PostgreSQL %s\n", b.Postgres.Addr(), version)
-	return seedScenario(ctx, b, bin, out)
-}
-
-func infoField(info, key string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
-			return v
+		if arg == "--" {
+			return append(out, args[i:]...)
 		}
+		name, hasValue := "", false
+		switch {
+		case strings.HasPrefix(arg, "--"):
+			name, _, hasValue = strings.Cut(arg[2:], "=")
+		case strings.HasPrefix(arg, "-") && len(arg) > 2:
+			name, _, hasValue = strings.Cut(arg[1:], "=")
+			if f := fs.Lookup(name); f != nil && len(name) > 1 {
+				arg = "-" + arg
+			} else {
+				name = "" // shorthands, possibly with a value attached
+			}
+		}
+		if f := fs.Lookup(name); name != "" && f != nil && !hasValue && f.NoOptDefVal == "" {
+			skipValue = true // the next argument is this flag's value
+		}
+		out = append(out, arg)
 	}
-	return "?"
+	return out
 }
