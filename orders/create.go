@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/problem"
 	"github.com/quorumlock/quorumlock/orders/request"
@@ -144,6 +145,7 @@ func (s *Service) Create(ctx context.Context, user string, key request.Key, o re
 			claimed = true
 		}
 	}
+	s.failpoints.Hit(failpoint.AfterClaim)
 	// The work must end before the processing lease does, or a retry
 	// would take the request over while it still runs.
 	pctx, cancel := context.WithTimeout(ctx, s.budget())
@@ -152,6 +154,7 @@ func (s *Service) Create(ctx context.Context, user string, key request.Key, o re
 	if claimed {
 		s.settleClaim(ctx, k, owner, reply, v)
 	}
+	s.failpoints.Hit(failpoint.AfterSuccess)
 	s.unlock(ctx, lease)
 	return reply
 }
@@ -287,6 +290,7 @@ func (s *Service) place(ctx context.Context, user string, key request.Key, fp st
 			return replay(out.ResponseStatus, out.ResponseBody), final, lease
 		case err == nil:
 			s.metrics.place("created")
+			s.failpoints.Hit(failpoint.AfterCommit)
 			return jsonReply(out.ResponseStatus, out.ResponseBody), final, lease
 		case errors.Is(err, store.ErrOutOfStock):
 			s.metrics.place("out_of_stock")
@@ -365,6 +369,7 @@ func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fen
 		l, err := s.locker.Lock(ctx, key)
 		switch {
 		case err == nil:
+			s.failpoints.Hit(failpoint.AfterLock)
 			return l, l.Fence(), Reply{}, true
 		case ctx.Err() != nil:
 			return nil, 0, problemReply(problem.ServiceUnavailable("request cancelled or out of time", s.retry)), false

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -122,6 +123,7 @@ type Service struct {
 	attempts          int
 	metrics           *Metrics
 	log               *slog.Logger
+	failpoints        *failpoint.Set
 }
 
 // Option configures New.
@@ -203,6 +205,13 @@ func WithRetryAfter(d time.Duration) Option {
 // WithMetrics records the service's counters in m.
 func WithMetrics(m *Metrics) Option {
 	return func(svc *Service) error { svc.metrics = m; return nil }
+}
+
+// WithFailpoints arms the crash points of fp in the order flow, for drills
+// (see internal/failpoint: only a build with the failpoints tag can arm
+// any). A nil Set, the default, arms none.
+func WithFailpoints(fp *failpoint.Set) Option {
+	return func(svc *Service) error { svc.failpoints = fp; return nil }
 }
 
 // WithLogger sets the logger (default: discard).

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/payment"
@@ -55,6 +56,7 @@ type config struct {
 	callbackKey      string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
 	migrate          bool            // ORDERS_MIGRATE
 	shutdownWait     time.Duration   // ORDERS_SHUTDOWN_WAIT
+	failpoints       *failpoint.Set  // QUORUMLOCK_FAILPOINTS (only a -tags failpoints build arms them)
 }
 
 // secret returns the value of the secret name: from the file named by
@@ -120,6 +122,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		errs = append(errs, err)
 	}
 	if c.redisPassword, err = secret("ORDERS_REDIS_PASSWORD"); err != nil {
+		errs = append(errs, err)
+	}
+	if c.failpoints, err = failpoint.FromEnv(); err != nil {
 		errs = append(errs, err)
 	}
 	fs.StringVar(&c.redisUser, "redis-username", env("ORDERS_REDIS_USERNAME", ""), "Redis ACL user of every master (ORDERS_REDIS_USERNAME; the password comes from ORDERS_REDIS_PASSWORD or ORDERS_REDIS_PASSWORD_FILE)")

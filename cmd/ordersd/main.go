@@ -32,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
@@ -149,6 +150,12 @@ func redisOptions(addr string, cfg config) *redis.Options {
 // receives the bound address once the server listens.
 func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	if cfg.failpoints.Ignored() {
+		log.Warn(failpoint.EnvVar + " is set but this build has no failpoints (build with -tags failpoints): ignored")
+	}
+	if cfg.failpoints.Armed() {
+		log.Warn("failpoints armed: this process will crash or freeze on purpose", "failpoints", cfg.failpoints.String())
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -197,7 +204,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	st, err := store.New(pool)
+	st, err := store.New(pool, store.WithFailpoints(cfg.failpoints))
 	if err != nil {
 		return err
 	}
@@ -205,7 +212,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("payments: %w", err)
 	}
-	payments, err := payment.NewService(st, provider, payment.WithCallTimeout(cfg.payTimeout))
+	payments, err := payment.NewService(st, provider, payment.WithCallTimeout(cfg.payTimeout), payment.WithFailpoints(cfg.failpoints))
 	if err != nil {
 		return err
 	}
@@ -226,7 +233,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	}
 	svcOpts := []orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
 		orders.WithFallback(cfg.fallback), orders.WithIdempotencyCodes(cfg.codes), orders.WithPayments(payments),
-		orders.WithMetrics(metrics), orders.WithLogger(log)}
+		orders.WithMetrics(metrics), orders.WithLogger(log), orders.WithFailpoints(cfg.failpoints)}
 	if cfg.callbackKey != "" {
 		svcOpts = append(svcOpts, orders.WithPaymentCallbacks([]byte(cfg.callbackKey), 0))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -33,6 +34,7 @@ type Service struct {
 	callTimeout   time.Duration
 	settleTimeout time.Duration
 	batch         int
+	failpoints    *failpoint.Set
 }
 
 // Option configures [NewService].
@@ -73,6 +75,13 @@ func WithReconcileBatch(n int) Option {
 		s.batch = n
 		return nil
 	}
+}
+
+// WithFailpoints arms the crash points of fp in Pay, for drills (see
+// internal/failpoint: only a build with the failpoints tag can arm any). A
+// nil Set, the default, arms none.
+func WithFailpoints(fp *failpoint.Set) Option {
+	return func(s *Service) error { s.failpoints = fp; return nil }
 }
 
 // NewService returns a Service that records payments in st and charges
@@ -135,6 +144,7 @@ func (s *Service) Pay(ctx context.Context, orderID string) (store.Order, error) 
 	if !start.Started {
 		return start.Order, &PendingError{OrderID: orderID, PaymentRequestID: rid}
 	}
+	s.failpoints.Hit(failpoint.AfterPaymentBegin)
 
 	cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	res, err := s.provider.Charge(cctx, ChargeRequest{
@@ -146,7 +156,9 @@ func (s *Service) Pay(ctx context.Context, orderID string) (store.Order, error) 
 	if err != nil {
 		return start.Order, &PendingError{OrderID: orderID, PaymentRequestID: rid, Cause: err}
 	}
+	s.failpoints.Hit(failpoint.AfterCharge)
 	o, settled, err := s.settle(ctx, rid, res)
+	s.failpoints.Hit(failpoint.AfterSettle)
 	switch {
 	case err != nil:
 		return start.Order, &PendingError{OrderID: orderID, PaymentRequestID: rid, Cause: err}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
 
@@ -244,6 +245,7 @@ func (s *Store) placeTx(ctx context.Context, p PlaceOrder) (_ Outcome, err error
 	case err != nil:
 		return Outcome{}, fmt.Errorf("store: place order: take stock: %w", err)
 	}
+	s.failpoints.Hit(failpoint.AfterDecrement)
 	if price > math.MaxInt64/p.Quantity {
 		return Outcome{}, fmt.Errorf("%w: amount %d x %d overflows", ErrInvalid, price, p.Quantity)
 	}

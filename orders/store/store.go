@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
 
@@ -167,10 +168,18 @@ type Store struct {
 	// noTwinLock skips the advisory lock that serializes twins, so tests
 	// can exercise the unique-violation path behind it.
 	noTwinLock bool
+	failpoints *failpoint.Set
 }
 
 // Option configures [New].
 type Option func(*Store) error
+
+// WithFailpoints arms the crash points of fp inside the store's
+// transactions, for drills (see internal/failpoint). A nil Set, the
+// default, arms none.
+func WithFailpoints(fp *failpoint.Set) Option {
+	return func(s *Store) error { s.failpoints = fp; return nil }
+}
 
 // New returns a Store on pool. The caller keeps ownership of the pool and
 // closes it after the last call.
