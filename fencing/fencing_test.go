@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 )
 
 func TestMain(m *testing.M) {
@@ -35,7 +36,7 @@ const stockDDL = `CREATE TABLE stock (
 // stock table.
 func newDB(t *testing.T, srv pgServer) (*pgxpool.Pool, string) {
 	t.Helper()
-	db := srv.Migrated(t, schema)
+	db := bedtest.Migrated(t, srv, schema)
 	return db.Pool, db.DSN
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/chaos"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 )
 
 // TestChaosShort is the short chaos suite: the scenarios marked Short, each
@@ -21,7 +22,7 @@ import (
 // must get past it. `make chaos` runs every scenario and writes
 // docs/SAFETY.md.
 func TestChaosShort(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true, AppendFsync: testbed.FsyncEverySec, Clock: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true, AppendFsync: testbed.FsyncEverySec, Clock: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	env, err := chaos.NewEnv(ctx, bed, chaos.Launcher{Path: os.Args[0], Args: []string{"-test.run=^$"}},

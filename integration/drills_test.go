@@ -65,6 +65,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
@@ -126,7 +127,7 @@ func startKit(t *testing.T) *drillKit {
 		k.bin, err = buildOrdersd(t.TempDir())
 		built <- err
 	}()
-	k.bed = testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	k.bed = bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
 	ctx := context.Background()
 	for _, n := range k.bed.Redis {
 		// Brand-new masters never held a lock: they may vote at once.
@@ -596,7 +597,7 @@ func (d *drill) verdict(wantOrders int, responses []checker.Response) {
 // ordersd has them, to read and drop records as the drills need.
 func (d *drill) claims() *idem.Store {
 	d.t.Helper()
-	cs := d.bed.RedisClients(d.t)
+	cs := bedtest.RedisClients(d.t, d.bed)
 	nodes := make([]redis.UniversalClient, len(cs))
 	for i, c := range cs {
 		nodes[i] = c
@@ -789,7 +790,7 @@ func drillUnlockReplyLost(t *testing.T, k *drillKit) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	newLocker := func() (*quorum.Locker, []*redis.Client) {
-		cs := k.bed.RedisClients(t)
+		cs := bedtest.RedisClients(t, k.bed)
 		nodes := make([]redis.UniversalClient, len(cs))
 		for i, c := range cs {
 			nodes[i] = c

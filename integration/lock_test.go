@@ -16,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/integration/nemesis"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -100,13 +101,13 @@ func clientsOf(cs []*redis.Client) []redis.UniversalClient {
 // find no two holders at once and no out-of-order fenced write, and the
 // workers must make progress.
 func TestLockUnderFaults(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, issuer := newResource(t, ctx, bed.Postgres.NewDatabase(t))
+	res, issuer := newResource(t, ctx, bedtest.NewDatabase(t, bed.Postgres))
 
 	const ttl = 1 * time.Second
-	l, err := quorum.New(clientsOf(bed.RedisClients(t)),
+	l, err := quorum.New(clientsOf(bedtest.RedisClients(t, bed)),
 		quorum.WithTTL(ttl), quorum.WithNodeTimeout(250*time.Millisecond),
 		quorum.WithMaxWait(3*time.Second), quorum.WithFencer(issuer))
 	if err != nil {
@@ -203,10 +204,10 @@ func TestLockUnderFaults(t *testing.T) {
 func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 	for _, guard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("guard=%v", guard), func(t *testing.T) {
-			bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
+			bed := bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			res, issuer := newResource(t, ctx, bed.Postgres.NewDatabase(t))
+			res, issuer := newResource(t, ctx, bedtest.NewDatabase(t, bed.Postgres))
 			// The node timeout covers a first call on a new connection
 			// (connect, HELLO, EVALSHA, NOSCRIPT, EVAL and its fsync) on a
 			// loaded machine; 2*nodeTimeout + drift allowance stays far
@@ -216,12 +217,12 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 			opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithNodeTimeout(nodeTimeout),
 				quorum.WithRetry(quorum.Retry{Attempts: 5, BaseDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond}),
 				quorum.WithFencer(issuer), quorum.WithAmnesiaGuard(guard), quorum.WithAmnesiaWindow(ttl)}
-			a, err := quorum.New(clientsOf(bed.RedisClients(t)), opts...)
+			a, err := quorum.New(clientsOf(bedtest.RedisClients(t, bed)), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = a.Close() })
-			b, err := quorum.New(clientsOf(bed.RedisClients(t)), opts...)
+			b, err := quorum.New(clientsOf(bedtest.RedisClients(t, bed)), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/payment"
 )
 
@@ -63,7 +64,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if err := r.pool.QueryRow(context.Background(), "SELECT count(*) FROM fence_counters").Scan(&fences); err != nil || fences != 0 {
 		t.Fatalf("bad input created %d fence counters (%v)", fences, err)
 	}
-	for i, c := range r.bed.RedisClients(t) {
+	for i, c := range bedtest.RedisClients(t, r.bed) {
 		keys, err := c.Keys(context.Background(), "idem:*").Result()
 		if err != nil || len(keys) != 0 {
 			t.Fatalf("node %d holds idempotency records after bad input: %v %v", i, keys, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/checker"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
@@ -192,7 +193,7 @@ func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
 	}
 	// The same key, after its Redis record is gone: Postgres still refuses.
 	k, _ := idem.NewKey("u1001", request.MustKey("req-7"))
-	c := r.bed.RedisClients(t)
+	c := bedtest.RedisClients(t, r.bed)
 	for _, cl := range c {
 		_ = cl.Del(context.Background(), k.String()).Err()
 	}
@@ -233,7 +234,7 @@ func TestReplayAfterRedisRecordDeleted(t *testing.T) {
 		t.Fatalf("%d %s", first.Status, first.Body)
 	}
 	k, _ := idem.NewKey("u1001", request.MustKey("req-9"))
-	for _, c := range r.bed.RedisClients(t) {
+	for _, c := range bedtest.RedisClients(t, r.bed) {
 		if err := c.Del(context.Background(), k.String()).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -410,7 +411,7 @@ func TestBusyLockIsNotAnOutage(t *testing.T) {
 			r := newRig(t, 1)
 			in := r.instance(t, orders.WithFallback(mode))
 			var clients []redis.UniversalClient
-			for _, c := range r.bed.RedisClients(t) {
+			for _, c := range bedtest.RedisClients(t, r.bed) {
 				clients = append(clients, c)
 			}
 			// The holder's nodes get a long timeout: a node that answers

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
@@ -49,7 +50,7 @@ type rig struct {
 
 func newRig(t *testing.T, stock int64) *rig {
 	t.Helper()
-	bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
 	ctx := context.Background()
 	db := storetest.New(t, bed.Postgres)
 	dsn, pool, st := db.DSN, db.Pool, db.Store
@@ -101,7 +102,7 @@ func (r *rig) instanceWith(t *testing.T, p payment.Provider, opts ...orders.Opti
 		t.Fatal(err)
 	}
 	var clients []redis.UniversalClient
-	for _, c := range r.bed.RedisClients(t) {
+	for _, c := range bedtest.RedisClients(t, r.bed) {
 		clients = append(clients, c)
 	}
 	issuer, err := fencing.NewIssuer(pool)

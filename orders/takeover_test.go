@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
@@ -21,7 +22,7 @@ import (
 func plantClaim(t *testing.T, r *rig, user, key, body string, lease time.Duration) {
 	t.Helper()
 	var clients []redis.UniversalClient
-	for _, c := range r.bed.RedisClients(t) {
+	for _, c := range bedtest.RedisClients(t, r.bed) {
 		clients = append(clients, c)
 	}
 	crashed, err := idem.New(clients, idem.WithLease(lease))

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -33,7 +34,7 @@ func newRig(t testing.TB) *rig {
 // newRigWith is newRig on a bed started with o.
 func newRigWith(t testing.TB, o testbed.Options) *rig {
 	t.Helper()
-	bed := testbed.Start(t, o)
+	bed := bedtest.Start(t, o)
 	r := &rig{bed: bed, nodes: bed.Redis}
 	for i := range bed.Redis {
 		r.clients = append(r.clients, r.newClient(t, i))

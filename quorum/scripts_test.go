@@ -10,13 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Each Lua script on its own, against one real Redis master.
 func TestScripts(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 1})
-	rdb := bed.RedisClients(t)[0]
+	bed := bedtest.Start(t, testbed.Options{Redis: 1})
+	rdb := bedtest.RedisClients(t, bed)[0]
 	acquire := redis.NewScript(quorum.AcquireSource)
 	release := redis.NewScript(quorum.ReleaseSource)
 	extend := redis.NewScript(quorum.ExtendSource)
@@ -279,8 +280,8 @@ func TestScripts(t *testing.T) {
 		// A node declared durable that runs without an AOF (an RDB
 		// snapshot keeps old markers and loses recent keys) is not
 		// trusted on its marker.
-		nb := testbed.Start(t, testbed.Options{Redis: 1, AppendFsync: testbed.FsyncOff})
-		c := nb.RedisClients(t)[0]
+		nb := bedtest.Start(t, testbed.Options{Redis: 1, AppendFsync: testbed.FsyncOff})
+		c := bedtest.RedisClients(t, nb)[0]
 		setMarker(t, c, "0123456789abcdef0123456789abcdef01234567")
 		if v := guarded(t, c, "s:acq:noaof", "tok", longWindow, true); v >= 0 {
 			t.Fatalf("durable without AOF, old marker: got %d, want < 0", v)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/benchkit"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -207,8 +208,8 @@ func checkPNG(t *testing.T, path string) {
 // TestSingleNodeScript runs the baseline's compare-and-delete script on its
 // own against a real server: it deletes only the caller's token.
 func TestSingleNodeScript(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 1})
-	c := bed.RedisClients(t)[0]
+	bed := bedtest.Start(t, testbed.Options{Redis: 1})
+	c := bedtest.RedisClients(t, bed)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := newSingleNode(c, time.Minute)
@@ -269,7 +270,7 @@ func tableRows(t *testing.T, out, name string) map[string][]string {
 // contender's per-node timeouts (a fraction of the TTL for redsync) hold
 // on a loaded machine: any error in the report is a real one.
 func TestRunGivenAddrs(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 3, AppendFsync: testbed.FsyncEverySec})
+	bed := bedtest.Start(t, testbed.Options{Redis: 3, AppendFsync: testbed.FsyncEverySec})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, n := range bed.Redis {

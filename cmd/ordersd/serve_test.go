@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
@@ -25,7 +26,7 @@ import (
 // TestServe runs the daemon on the bed: probes, metrics, one order, and a
 // graceful shutdown when its context ends.
 func TestServe(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 3, Postgres: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 3, Postgres: true})
 	ctx := context.Background()
 	for _, n := range bed.Redis {
 		c := n.Admin()
@@ -35,7 +36,7 @@ func TestServe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dsn := bed.Postgres.NewDatabase(t)
+	dsn := bedtest.NewDatabase(t, bed.Postgres)
 	t.Setenv("ORDERS_DATABASE_URL", dsn)
 	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(bed.RedisAddrs(), ","))
 	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
@@ -158,8 +159,8 @@ func TestServe(t *testing.T) {
 // /readyz names what is wrong, never a driver's error: those carry hosts,
 // ports and user names.
 func TestReadyzLeaksNoDriverError(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 1, Postgres: true})
-	t.Setenv("ORDERS_DATABASE_URL", bed.Postgres.NewDatabase(t))
+	bed := bedtest.Start(t, testbed.Options{Redis: 1, Postgres: true})
+	t.Setenv("ORDERS_DATABASE_URL", bedtest.NewDatabase(t, bed.Postgres))
 	// One live master of three: no majority.
 	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(append(bed.RedisAddrs(), "127.0.0.1:1", "127.0.0.1:2"), ","))
 	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
@@ -188,14 +189,14 @@ func TestReadyzLeaksNoDriverError(t *testing.T) {
 // (ORDERS_REDIS_PASSWORD): without it the masters refuse every call, with it
 // the daemon is ready.
 func TestRedisPassword(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 1, Postgres: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 1, Postgres: true})
 	admin := bed.Redis[0].Admin()
 	defer admin.Close()
 	const password = "redis-password-0123456789"
 	if err := admin.ConfigSet(context.Background(), "requirepass", password).Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("ORDERS_DATABASE_URL", bed.Postgres.NewDatabase(t))
+	t.Setenv("ORDERS_DATABASE_URL", bedtest.NewDatabase(t, bed.Postgres))
 	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(bed.RedisAddrs(), ","))
 	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/store/storetest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -259,7 +260,7 @@ func TestDigest(t *testing.T) {
 // The commands against a bed of five masters and Postgres: real output,
 // real keys on the nodes, real rows.
 func TestCommandsOnBed(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
 	ctx := context.Background()
 	db := storetest.New(t, bed.Postgres)
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/nemesis"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 )
 
 func TestPlanIsReproducibleAndBounded(t *testing.T) {
@@ -39,7 +40,7 @@ func TestPlanIsReproducibleAndBounded(t *testing.T) {
 // TestRunHealsEveryFault runs one step of each kind on a real bed and checks
 // that every node answers afterwards.
 func TestRunHealsEveryFault(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 3})
+	bed := bedtest.Start(t, testbed.Options{Redis: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var plan []nemesis.Step
@@ -53,7 +54,7 @@ func TestRunHealsEveryFault(t *testing.T) {
 	if !reflect.DeepEqual(seen, nemesis.AllKinds) {
 		t.Fatalf("ran %v, want %v", seen, nemesis.AllKinds)
 	}
-	for i, c := range bed.RedisClients(t) {
+	for i, c := range bedtest.RedisClients(t, bed) {
 		if err := c.Ping(ctx).Err(); err != nil {
 			t.Fatalf("node %d after the plan: %v", i, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 )
 
 // want checks, once the node answers again, that each key has the value
@@ -63,7 +64,7 @@ func bestRoundTrip(t *testing.T, ctx context.Context, c *redis.Client) time.Dura
 // TestLinks checks that a link's faults reach only the link's clients, and
 // that a link follows its node across a restart.
 func TestLinks(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 1})
+	bed := bedtest.Start(t, testbed.Options{Redis: 1})
 	n := bed.Redis[0]
 	ctx := ctxT(t, 3*time.Minute)
 	a, err := n.Link("client-a")
@@ -200,7 +201,7 @@ func TestLinks(t *testing.T) {
 func TestSnapshot(t *testing.T) {
 	for _, policy := range []string{testbed.FsyncAlways, testbed.FsyncOff} {
 		t.Run(policy, func(t *testing.T) {
-			bed := testbed.Start(t, testbed.Options{Redis: 1, AppendFsync: policy})
+			bed := bedtest.Start(t, testbed.Options{Redis: 1, AppendFsync: policy})
 			n := bed.Redis[0]
 			ctx := ctxT(t, 3*time.Minute)
 			c := redis.NewClient(testbed.ClientOptions(n.Addr()))
@@ -266,7 +267,7 @@ func TestSnapshot(t *testing.T) {
 // TestKillLosingTail checks that the last commands of the AOF are lost, and
 // that the node starts again without them.
 func TestKillLosingTail(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 1, AppendFsync: testbed.FsyncEverySec})
+	bed := bedtest.Start(t, testbed.Options{Redis: 1, AppendFsync: testbed.FsyncEverySec})
 	n := bed.Redis[0]
 	ctx := ctxT(t, 3*time.Minute)
 	c := redis.NewClient(testbed.ClientOptions(n.Addr()))
@@ -344,7 +345,7 @@ func TestKillLosingTail(t *testing.T) {
 // Redis expires keys by it, and that the server runs normally under the
 // shim.
 func TestClock(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 2, Clock: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 2, Clock: true})
 	n, other := bed.Redis[0], bed.Redis[1]
 	ctx := ctxT(t, 3*time.Minute)
 	c := redis.NewClient(testbed.ClientOptions(n.Addr()))

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,67 +38,78 @@ func (p *PostgresNode) dsn(db string) string {
 	return u.String()
 }
 
-// Database is a fresh database of one test with a pool open on it.
+// Database is a fresh database with a pool open on it.
 type Database struct {
 	// DSN is the database's URL, as its owner.
 	DSN string
-	// Pool is open on DSN with up to MigratedPoolConns connections; it is
-	// closed when the test ends, before the database is dropped.
+	// Pool is open on DSN with up to MigratedPoolConns connections.
 	Pool *pgxpool.Pool
+
+	drop func(context.Context) error
+}
+
+// Close closes the pool and drops the database.
+func (d Database) Close(ctx context.Context) error {
+	if d.Pool != nil {
+		d.Pool.Close()
+	}
+	if d.drop == nil {
+		return nil
+	}
+	return d.drop(ctx)
 }
 
 // Setup prepares a new database: it applies migrations, creates tables.
 type Setup func(ctx context.Context, dsn string) error
 
-// MigratedPoolConns is the size of the pool Migrated opens.
+// MigratedPoolConns is the size of the pool MigratedDatabase opens.
 const MigratedPoolConns = 20
 
-// Migrated creates a database for t (dropped when t ends), runs each setup
-// on it in order, and opens a pool on it. It is the one way the suites get
-// a migrated database; a failing setup fails t.
-func (p *PostgresNode) Migrated(t testing.TB, setup ...Setup) Database {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	dsn := p.NewDatabase(t)
+// MigratedDatabase creates a database, runs each setup on it in order, and
+// opens a pool on it. Close the Database to drop it. On error nothing is
+// left behind. Tests use bedtest.Migrated, which registers the cleanup.
+func (p *PostgresNode) MigratedDatabase(ctx context.Context, setup ...Setup) (Database, error) {
+	dsn, drop, err := p.CreateDatabase(ctx)
+	if err != nil {
+		return Database{}, err
+	}
+	fail := func(err error) (Database, error) {
+		_ = drop(context.WithoutCancel(ctx))
+		return Database{}, err
+	}
 	for _, s := range setup {
 		if err := s(ctx, dsn); err != nil {
-			t.Fatalf("testbed: set up the database: %v", err)
+			return fail(fmt.Errorf("testbed: set up the database: %w", err))
 		}
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		t.Fatalf("testbed: %v", err)
+		return fail(fmt.Errorf("testbed: %w", err))
 	}
 	cfg.MaxConns = MigratedPoolConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		t.Fatalf("testbed: open a pool: %v", err)
+		return fail(fmt.Errorf("testbed: open a pool: %w", err))
 	}
-	t.Cleanup(pool.Close)
-	return Database{DSN: dsn, Pool: pool}
+	return Database{DSN: dsn, Pool: pool, drop: drop}, nil
 }
 
-// NewDatabase creates an empty database for one test and returns its DSN.
-// The database is dropped when t ends.
-func (p *PostgresNode) NewDatabase(t testing.TB) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// CreateDatabase creates an empty database and returns its DSN and a
+// function that drops it (forcing out any connection still open).
+func (p *PostgresNode) CreateDatabase(ctx context.Context) (string, func(context.Context) error, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "t_" + hex.EncodeToString(b[:])
 	if err := p.exec(ctx, "postgres", "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testbed: create database: %v", err)
+		return "", nil, fmt.Errorf("testbed: create database: %w", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+	drop := func(ctx context.Context) error {
 		if err := p.exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("testbed: drop database %s: %v", name, err)
+			return fmt.Errorf("testbed: drop database %s: %w", name, err)
 		}
-	})
-	return p.dsn(name)
+		return nil
+	}
+	return p.dsn(name), drop, nil
 }
 
 func (p *PostgresNode) exec(ctx context.Context, db, sql string) error {

@@ -28,7 +28,9 @@
 // the disk had not synced; and SetClockOffset (Options.Clock), a jump of one
 // node's wall clock.
 //
-// Use Start in tests (cleanup is registered on t), or New and Close elsewhere.
+// The package does not import testing, so commands and benchmarks that start
+// a bed do not link the test framework: use New and Close. Tests use
+// integration/testbed/bedtest, whose Start registers the cleanup on t.
 package testbed
 
 import (
@@ -37,7 +39,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -147,24 +148,6 @@ type Bed struct {
 	closers   []func(context.Context) error
 }
 
-// Start starts a bed for a test and registers its cleanup. It fails the test
-// (never skips it) when no provider can start.
-func Start(t testing.TB, opts Options) *Bed {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	b, err := New(ctx, opts)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("testbed: close: %v", err)
-		}
-	})
-	return b
-}
-
 // New starts a bed. Call Close when done.
 func New(ctx context.Context, opts Options) (*Bed, error) {
 	opts, err := opts.withDefaults()
@@ -244,20 +227,15 @@ func (b *Bed) RedisAddrs() []string {
 	return addrs
 }
 
-// RedisClients returns one client per Redis node, closed when t ends. The
-// clients honour context deadlines, never retry a command on their own, and
-// use short socket timeouts, as a lock client should.
-func (b *Bed) RedisClients(t testing.TB) []*redis.Client {
-	t.Helper()
+// NewRedisClients returns one new client per Redis node, with
+// ClientOptions: they honour context deadlines, never retry a command on
+// their own, and use short socket timeouts, as a lock client should. The
+// caller closes them (bedtest.RedisClients does it when the test ends).
+func (b *Bed) NewRedisClients() []*redis.Client {
 	cs := make([]*redis.Client, len(b.Redis))
 	for i, n := range b.Redis {
 		cs[i] = redis.NewClient(ClientOptions(n.Addr()))
 	}
-	t.Cleanup(func() {
-		for _, c := range cs {
-			_ = c.Close()
-		}
-	})
 	return cs
 }
 

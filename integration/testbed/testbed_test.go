@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 )
 
 func TestMain(m *testing.M) {
@@ -65,12 +66,12 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 // TestBed runs every fault against one bed of five masters and Postgres,
 // with the provider that QUORUMLOCK_TESTBED names (auto by default).
 func TestBed(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	bed := bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
 	t.Logf("provider: %s, redis: %v, postgres: %s", bed.Provider, bed.RedisAddrs(), bed.Postgres.Addr())
 	if want := os.Getenv(testbed.EnvProvider); want != "" && want != testbed.ProviderAuto && bed.Provider != want {
 		t.Fatalf("asked for provider %s, got %s", want, bed.Provider)
 	}
-	clients := bed.RedisClients(t)
+	clients := bedtest.RedisClients(t, bed)
 	if len(clients) != 5 || len(bed.Redis) != 5 {
 		t.Fatalf("want 5 nodes, got %d clients and %d nodes", len(clients), len(bed.Redis))
 	}
@@ -262,7 +263,7 @@ func TestBed(t *testing.T) {
 
 	t.Run("PostgresCreatesTable", func(t *testing.T) {
 		ctx := ctxT(t, 30*time.Second)
-		for _, dsn := range []string{bed.Postgres.DSN(), bed.Postgres.NewDatabase(t)} {
+		for _, dsn := range []string{bed.Postgres.DSN(), bedtest.NewDatabase(t, bed.Postgres)} {
 			conn, err := pgx.Connect(ctx, dsn)
 			if err != nil {
 				t.Fatalf("connect %s: %v", dsn, err)
@@ -299,7 +300,7 @@ func TestBed(t *testing.T) {
 				return err
 			}
 		}
-		db := bed.Postgres.Migrated(t,
+		db := bedtest.Migrated(t, bed.Postgres,
 			step("create", "CREATE TABLE migrated_probe (id int PRIMARY KEY)"),
 			step("fill", "INSERT INTO migrated_probe VALUES (7)"))
 		if strings.Join(order, ",") != "create,fill" {
@@ -313,7 +314,7 @@ func TestBed(t *testing.T) {
 			t.Fatalf("pool of %d connections", n)
 		}
 		// Each call is a database of its own.
-		other := bed.Postgres.Migrated(t)
+		other := bedtest.Migrated(t, bed.Postgres)
 		var exists bool
 		if err := other.Pool.QueryRow(ctx, "SELECT to_regclass('migrated_probe') IS NOT NULL").Scan(&exists); err != nil || exists {
 			t.Fatalf("a second database sees the first one's table: %v, %v", exists, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
@@ -16,8 +17,8 @@ import (
 // replays a SUCCESS record, each one script run on one node. The bed runs
 // Redis with appendfsync always, so a write waits for an fsync.
 func BenchmarkClaim(b *testing.B) {
-	bed := testbed.Start(b, testbed.Options{Redis: 1})
-	c := bed.RedisClients(b)[0]
+	bed := bedtest.Start(b, testbed.Options{Redis: 1})
+	c := bedtest.RedisClients(b, bed)[0]
 	s, err := idem.New([]redis.UniversalClient{c})
 	if err != nil {
 		b.Fatal(err)

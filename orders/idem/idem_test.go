@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
@@ -34,8 +35,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts ...idem.Option) *fixture {
 	t.Helper()
-	bed := testbed.Start(t, testbed.Options{Redis: 5})
-	raw := bed.RedisClients(t)
+	bed := bedtest.Start(t, testbed.Options{Redis: 5})
+	raw := bedtest.RedisClients(t, bed)
 	return &fixture{bed: bed, raw: raw, store: newStore(t, raw, opts...)}
 }
 

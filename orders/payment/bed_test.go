@@ -4,11 +4,12 @@ import (
 	"testing"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 )
 
 // startPostgres starts the test bed's Postgres for one top-level test.
 func startPostgres(t *testing.T) *testbed.PostgresNode {
 	t.Helper()
-	bed := testbed.Start(t, testbed.Options{Postgres: true})
+	bed := bedtest.Start(t, testbed.Options{Postgres: true})
 	return bed.Postgres
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
@@ -431,7 +432,7 @@ func testInvariantsInTx(t *testing.T, srv pgServer) {
 func testInvariantsMigration(t *testing.T, srv pgServer) {
 	t.Parallel()
 	ctx := ctxT(t)
-	dsn := srv.NewDatabase(t)
+	dsn := bedtest.NewDatabase(t, srv)
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -510,7 +511,7 @@ func testInvariantsErrors(t *testing.T, srv pgServer) {
 		t.Fatalf("ended context: %v", err)
 	}
 	// A database without the schema: the error is the driver's, wrapped.
-	bare, err := pgxpool.New(context.Background(), srv.NewDatabase(t))
+	bare, err := pgxpool.New(context.Background(), bedtest.NewDatabase(t, srv))
 	if err != nil {
 		t.Fatal(err)
 	}

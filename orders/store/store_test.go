@@ -21,6 +21,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/orders/store/storetest"
@@ -182,7 +183,7 @@ func testMigrate(t *testing.T, srv pgServer) {
 
 	t.Run("ConcurrentProcesses", func(t *testing.T) {
 		t.Parallel()
-		dsn := srv.NewDatabase(t)
+		dsn := bedtest.NewDatabase(t, srv)
 		ctx := ctxT(t)
 		versions := make([]int64, 4)
 		errs := make([]error, 4)

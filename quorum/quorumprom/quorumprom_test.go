@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/quorum/quorumprom"
 )
@@ -130,7 +131,7 @@ func TestNewOptionsAndErrors(t *testing.T) {
 
 // The adapter on a real Locker over five masters.
 func TestWithLocker(t *testing.T) {
-	bed := testbed.Start(t, testbed.Options{Redis: 5})
+	bed := bedtest.Start(t, testbed.Options{Redis: 5})
 	// The bed's client options, with socket timeouts long enough that the
 	// Locker's node timeout (a context deadline) is what cuts a request
 	// short, even on a loaded machine under the race detector.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -28,7 +29,7 @@ func Migrate(ctx context.Context, dsn string) error {
 // database holds no products: seed them with Store.SeedProduct.
 func New(t testing.TB, pg *testbed.PostgresNode) Env {
 	t.Helper()
-	db := pg.Migrated(t, Migrate)
+	db := bedtest.Migrated(t, pg, Migrate)
 	st, err := store.New(db.Pool)
 	if err != nil {
 		t.Fatal(err)
