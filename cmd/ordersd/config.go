@@ -19,6 +19,7 @@ import (
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/orders/watchdog"
 )
 
 // config is ordersd's configuration. Every field but the secrets comes from
@@ -56,6 +57,8 @@ type config struct {
 	callbackKey      string          // ORDERS_PAYMENT_CALLBACK_SECRET (a secret)
 	migrate          bool            // ORDERS_MIGRATE
 	shutdownWait     time.Duration   // ORDERS_SHUTDOWN_WAIT
+	invariantEvery   time.Duration   // ORDERS_INVARIANT_INTERVAL (0: the watchdog is off)
+	stuckPaying      time.Duration   // ORDERS_STUCK_PAYING_AFTER
 	failpoints       *failpoint.Set  // QUORUMLOCK_FAILPOINTS (only a -tags failpoints build arms them)
 }
 
@@ -150,6 +153,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	envDuration(fs, &errs, &c.outcomeRetention, "outcome-retention", "ORDERS_OUTCOME_RETENTION", 7*24*time.Hour, "how long a saved out-of-stock answer is kept in Postgres for replays; at least ORDERS_IDEMPOTENCY_TTL")
 	envDuration(fs, &errs, &c.expireEvery, "expire-interval", "ORDERS_EXPIRE_INTERVAL", 30*time.Second, "how often unpaid orders past the hold are expired")
 	envDuration(fs, &errs, &c.payTimeout, "payment-timeout", "ORDERS_PAYMENT_TIMEOUT", 10*time.Second, "bound on one charge or query at the provider, retries included; the reconciler re-sends a charge only once its attempt is older")
+	envDuration(fs, &errs, &c.invariantEvery, "invariant-interval", "ORDERS_INVARIANT_INTERVAL", watchdog.DefaultInterval, "how often the invariant watchdog checks the database and sets orders_invariant_violations; 0 turns it off")
+	envDuration(fs, &errs, &c.stuckPaying, "stuck-paying-after", "ORDERS_STUCK_PAYING_AFTER", watchdog.DefaultStuckPayingAfter, "how long an order may stay PAYING before the watchdog's stuck_paying check counts it")
 	migrateDefault, err := strconv.ParseBool(env("ORDERS_MIGRATE", "true"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("ORDERS_MIGRATE=%q: want true or false", env("ORDERS_MIGRATE", "")))
@@ -244,6 +249,14 @@ func (c config) check() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
 		}
+	}
+	if c.invariantEvery < 0 {
+		errs = append(errs, fmt.Errorf("ORDERS_INVARIANT_INTERVAL must not be negative (0 turns the watchdog off), got %v", c.invariantEvery))
+	}
+	if c.stuckPaying <= 0 {
+		errs = append(errs, fmt.Errorf("ORDERS_STUCK_PAYING_AFTER must be positive, got %v", c.stuckPaying))
+	} else if settle := 2 * (c.payTimeout + c.reconcile); c.invariantEvery > 0 && c.stuckPaying <= settle {
+		errs = append(errs, fmt.Errorf("ORDERS_STUCK_PAYING_AFTER (%v) must exceed twice ORDERS_PAYMENT_TIMEOUT plus ORDERS_RECONCILE_INTERVAL (%v): the reconciler may need that long to settle a healthy payment whose reply was lost, and stuck_paying would page for it", c.stuckPaying, settle))
 	}
 	if c.nodeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ORDERS_NODE_TIMEOUT must not be negative, got %v", c.nodeTimeout))

@@ -38,6 +38,7 @@ import (
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/orders/watchdog"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/quorum/quorumprom"
 )
@@ -231,6 +232,19 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if err != nil {
 		return err
 	}
+	// The invariant watchdog feeds orders_invariant_violations, which the
+	// correctness alerts read; with ORDERS_INVARIANT_INTERVAL=0 this
+	// instance exports no such series.
+	var dog *watchdog.Watchdog
+	if cfg.invariantEvery > 0 {
+		dog, err = watchdog.New(pool, watchdog.WithInterval(cfg.invariantEvery),
+			watchdog.WithStuckPayingAfter(cfg.stuckPaying), watchdog.WithLogger(log), watchdog.WithRegisterer(reg))
+		if err != nil {
+			return err
+		}
+	} else {
+		log.Info("invariant watchdog off (ORDERS_INVARIANT_INTERVAL=0): this instance exports no orders_invariant_violations")
+	}
 	svcOpts := []orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
 		orders.WithFallback(cfg.fallback), orders.WithIdempotencyCodes(cfg.codes), orders.WithPayments(payments),
 		orders.WithMetrics(metrics), orders.WithLogger(log), orders.WithFailpoints(cfg.failpoints)}
@@ -306,6 +320,13 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 		defer close(expired)
 		expireUnpaid(bg, st, cfg.hold, cfg.outcomeRetention, cfg.expireEvery, log)
 	}()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if dog != nil {
+			_ = dog.Run(bg)
+		}
+	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -327,6 +348,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	stopBG()
 	<-reconciled
 	<-expired
+	<-watched
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}

@@ -69,6 +69,11 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"zero hold":        {"ORDERS_ORDER_HOLD", "0s", "ORDERS_ORDER_HOLD"},
 		"short shutdown":   {"ORDERS_SHUTDOWN_WAIT", "1s", "ORDERS_SHUTDOWN_WAIT"},
 		"short retention":  {"ORDERS_OUTCOME_RETENTION", "1h", "ORDERS_OUTCOME_RETENTION"},
+		"bad check every":  {"ORDERS_INVARIANT_INTERVAL", "hourly", "ORDERS_INVARIANT_INTERVAL"},
+		"negative every":   {"ORDERS_INVARIANT_INTERVAL", "-1m", "ORDERS_INVARIANT_INTERVAL must not be negative"},
+		"bad stuck age":    {"ORDERS_STUCK_PAYING_AFTER", "ten", "ORDERS_STUCK_PAYING_AFTER"},
+		"zero stuck age":   {"ORDERS_STUCK_PAYING_AFTER", "0s", "ORDERS_STUCK_PAYING_AFTER must be positive"},
+		"stuck age short":  {"ORDERS_STUCK_PAYING_AFTER", "30s", "ORDERS_STUCK_PAYING_AFTER (30s) must exceed"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -79,6 +84,40 @@ func TestBadConfigIsRefused(t *testing.T) {
 				t.Fatalf("got %v, want an error naming %s", err, c.mention)
 			}
 		})
+	}
+}
+
+// TestInvariantWatchdogConfig: the watchdog's two settings, their
+// defaults, the environment, the flags, and 0 turning it off.
+func TestInvariantWatchdogConfig(t *testing.T) {
+	validEnv(t)
+	c, err := parseConfig(nil, io.Discard)
+	if err != nil || c.invariantEvery != time.Minute || c.stuckPaying != 10*time.Minute {
+		t.Fatalf("defaults: every %v, stuck after %v, %v; want 1m, 10m", c.invariantEvery, c.stuckPaying, err)
+	}
+	t.Setenv("ORDERS_INVARIANT_INTERVAL", "15s")
+	t.Setenv("ORDERS_STUCK_PAYING_AFTER", "31s") // just over 2*(10s+5s)
+	if c, err = parseConfig(nil, io.Discard); err != nil || c.invariantEvery != 15*time.Second || c.stuckPaying != 31*time.Second {
+		t.Fatalf("environment: every %v, stuck after %v, %v", c.invariantEvery, c.stuckPaying, err)
+	}
+	c, err = parseConfig([]string{"-invariant-interval", "2m", "-stuck-paying-after", "1h"}, io.Discard)
+	if err != nil || c.invariantEvery != 2*time.Minute || c.stuckPaying != time.Hour {
+		t.Fatalf("flags: every %v, stuck after %v, %v", c.invariantEvery, c.stuckPaying, err)
+	}
+	// The bound follows the reconciler's settings.
+	t.Setenv("ORDERS_PAYMENT_TIMEOUT", "20s")
+	if _, err = parseConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "ORDERS_STUCK_PAYING_AFTER (31s) must exceed") {
+		t.Fatalf("31s with a 20s payment timeout: %v", err)
+	}
+	// Off: the age no longer has to clear the reconciler, but must still
+	// be a duration.
+	t.Setenv("ORDERS_INVARIANT_INTERVAL", "0")
+	if c, err = parseConfig(nil, io.Discard); err != nil || c.invariantEvery != 0 {
+		t.Fatalf("off: every %v, %v", c.invariantEvery, err)
+	}
+	t.Setenv("ORDERS_STUCK_PAYING_AFTER", "-1s")
+	if _, err = parseConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "ORDERS_STUCK_PAYING_AFTER") {
+		t.Fatalf("off with a negative age: %v", err)
 	}
 }
 

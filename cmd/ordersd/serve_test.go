@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/auth"
@@ -71,6 +73,7 @@ func TestServe(t *testing.T) {
 	t.Cleanup(func() { paySrv.Close(); _ = pay.Close() })
 	t.Setenv("ORDERS_PAYMENT_URL", paySrv.URL)
 	t.Setenv("ORDERS_PAYMENT_CALLBACK_SECRET", cbSecret)
+	t.Setenv("ORDERS_INVARIANT_INTERVAL", "100ms")
 	var out strings.Builder
 	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2", "-price", "1999"}, &out, &out); err != nil {
 		t.Fatal(err)
@@ -146,9 +149,37 @@ func TestServe(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	for _, m := range []string{`orders_place_total{outcome="created"} 1`, `orders_idempotency_claims_total{outcome="CREATED"} 1`, "quorum"} {
+	for _, m := range []string{`orders_place_total{outcome="created"} 1`, `orders_idempotency_claims_total{outcome="CREATED"} 1`, "quorum",
+		// The invariant watchdog runs, on a healthy database.
+		`orders_invariant_violations{check="non_negative_stock"} 0`, `orders_invariant_violations{check="one_order_per_idempotency_key"} 0`,
+		`orders_invariant_violations{check="stock_balance"} 0`, `orders_invariant_violations{check="one_charge_per_payment_request"} 0`,
+		`orders_invariant_violations{check="stuck_paying"} 0`, "orders_invariant_check_errors_total 0"} {
 		if !strings.Contains(string(metrics), m) {
 			t.Errorf("metrics lack %s", m)
+		}
+	}
+	// Stock moved by hand: the watchdog, running in the background, sees it.
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, `UPDATE product_stock SET available = available + 1 WHERE product_id = '42'`)
+	_ = conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline = time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err = http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if strings.Contains(string(metrics), `orders_invariant_violations{check="stock_balance"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watchdog never reported the stock moved by hand")
 		}
 	}
 	if err := stop(); err != nil {
