@@ -1,0 +1,41 @@
+package quorum
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"time"
+)
+
+// TokenDigest returns a short digest of a lock token: the first 8 hex
+// digits of its SHA-256. It names a lease in logs and in tools (quorumctl
+// prints the same digest for a key's value) without revealing the token,
+// which would let its reader release or extend the lease. It identifies a
+// lease among the few that hold one key; it is not unique across all.
+func TokenDigest(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:4])
+}
+
+// TokenDigest returns TokenDigest of the lease's token: safe to log.
+func (le *Lease) TokenDigest() string { return TokenDigest(le.token) }
+
+// LogValue makes a lease safe to pass to log/slog: it logs as a group of
+// its key, token digest, fence and the validity left, never the token.
+func (le *Lease) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("key", le.key),
+		slog.String("token", le.TokenDigest()),
+		slog.Duration("valid_for", max(time.Until(le.Until()), 0)),
+	}
+	if le.fence != 0 {
+		attrs = append(attrs, slog.Int64("fence", le.fence))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// String describes the lease for humans (fmt's %v): key and token digest,
+// never the token.
+func (le *Lease) String() string {
+	return "lease " + le.key + " token " + le.TokenDigest()
+}
