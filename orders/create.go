@@ -99,6 +99,15 @@ func requestLocation(key string) string {
 // The key was checked where it entered (request.IdempotencyKey); user is
 // the token's subject.
 func (s *Service) Create(ctx context.Context, user string, key request.Key, o request.Order) Reply {
+	start := time.Now()
+	rl := &requestLog{idem: "off"}
+	r := s.create(ctx, rl, user, key, o)
+	s.logRequest(ctx, rl, user, key, o, r, time.Since(start))
+	return r
+}
+
+// create is Create, noting in rl what happened.
+func (s *Service) create(ctx context.Context, rl *requestLog, user string, key request.Key, o request.Order) Reply {
 	fp := o.Fingerprint()
 	if key.IsZero() {
 		return problemReply(problem.InvalidIdempotencyKey("the Idempotency-Key header is required"))
@@ -119,6 +128,7 @@ func (s *Service) Create(ctx context.Context, user string, key request.Key, o re
 			outcome = res.Outcome.String()
 		}
 		s.metrics.claim(outcome)
+		rl.idem = outcome
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return problemReply(problem.ServiceUnavailable("request cancelled", s.retry))
@@ -137,7 +147,7 @@ func (s *Service) Create(ctx context.Context, user string, key request.Key, o re
 		case res.Outcome == idem.Takeover:
 			// The previous attempt's processing lease ran out. Postgres says
 			// whether it left an outcome before this attempt proceeds.
-			if r, done := s.afterTakeover(ctx, k, key, fp, owner); done {
+			if r, done := s.afterTakeover(ctx, rl, k, key, fp, owner); done {
 				return r
 			}
 			claimed = true
@@ -149,13 +159,13 @@ func (s *Service) Create(ctx context.Context, user string, key request.Key, o re
 	// The work must end before the processing lease does, or a retry
 	// would take the request over while it still runs.
 	pctx, cancel := context.WithTimeout(ctx, s.budget())
-	reply, v, lease := s.place(pctx, user, key, fp, o)
+	reply, v, lease := s.place(pctx, rl, user, key, fp, o)
 	cancel()
 	if claimed {
 		s.settleClaim(ctx, k, owner, reply, v)
 	}
 	s.failpoints.Hit(failpoint.AfterSuccess)
-	s.unlock(ctx, lease)
+	s.unlock(ctx, rl, lease)
 	return reply
 }
 
@@ -199,7 +209,7 @@ func (s *Service) inProgress(key request.Key, lease time.Duration) Reply {
 // afterTakeover checks Postgres for the outcome of an attempt whose
 // processing lease expired. done is false when there is provably none, so
 // this attempt may proceed.
-func (s *Service) afterTakeover(ctx context.Context, k idem.Key, key request.Key, fp, owner string) (Reply, bool) {
+func (s *Service) afterTakeover(ctx context.Context, rl *requestLog, k idem.Key, key request.Key, fp, owner string) (Reply, bool) {
 	out, err := s.store.Lookup(ctx, k.User(), key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -217,6 +227,7 @@ func (s *Service) afterTakeover(ctx context.Context, k idem.Key, key request.Key
 		return s.keyReused(), true
 	}
 	s.metrics.repair()
+	rl.result = "repaired"
 	r := replay(out.ResponseStatus, out.ResponseBody)
 	if err := s.idem.Repair(sctx, k, fp, r.saved()); err != nil {
 		s.log.Warn("takeover: repair of the idempotency record failed", "err", err)
@@ -261,7 +272,7 @@ const (
 // place locks the product's stock (or arbitrates with Postgres alone) and
 // runs the order transaction. The returned lease, when not nil, is still
 // held.
-func (s *Service) place(ctx context.Context, user string, key request.Key, fp string, o request.Order) (Reply, verdict, Lease) {
+func (s *Service) place(ctx context.Context, rl *requestLog, user string, key request.Key, fp string, o request.Order) (Reply, verdict, Lease) {
 	id, err := newOrderID()
 	if err != nil {
 		s.log.Error("order id", "err", err)
@@ -275,7 +286,8 @@ func (s *Service) place(ctx context.Context, user string, key request.Key, fp st
 		OutOfStock: outOfStock(o),
 	}
 	for attempt := 1; ; attempt++ {
-		lease, fence, r, ok := s.fence(ctx, p.ProductID)
+		rl.attempts = attempt
+		lease, fence, r, ok := s.fence(ctx, rl, p.ProductID)
 		if !ok {
 			return r, retryable, nil
 		}
@@ -286,30 +298,30 @@ func (s *Service) place(ctx context.Context, user string, key request.Key, fp st
 		out, err := s.store.PlaceOrder(ctx, p)
 		switch {
 		case err == nil && out.Replayed:
-			s.metrics.place("replayed")
+			s.placed(rl, "replayed")
 			return replay(out.ResponseStatus, out.ResponseBody), final, lease
 		case err == nil:
-			s.metrics.place("created")
+			s.placed(rl, "created")
 			s.failpoints.Hit(failpoint.AfterCommit)
 			return jsonReply(out.ResponseStatus, out.ResponseBody), final, lease
 		case errors.Is(err, store.ErrOutOfStock):
-			s.metrics.place("out_of_stock")
+			s.placed(rl, "out_of_stock")
 			r := jsonReply(out.ResponseStatus, out.ResponseBody)
 			if out.Replayed {
 				r.Header.Set(HeaderReplayed, "true")
 			}
 			return r, final, lease
 		case errors.Is(err, store.ErrFingerprintMismatch):
-			s.metrics.place("fingerprint_mismatch")
+			s.placed(rl, "fingerprint_mismatch")
 			return s.keyReused(), retryable, lease
 		case errors.Is(err, store.ErrUnknownProduct):
-			s.metrics.place("unknown_product")
+			s.placed(rl, "unknown_product")
 			return problemReply(problem.UnknownProduct(p.ProductID)), retryable, lease
 		case errors.Is(err, store.ErrStaleFence):
 			// A newer holder wrote first: this lease was lost. Take a new
 			// one and try again, a bounded number of times.
-			s.metrics.place("stale_fence")
-			s.unlock(ctx, lease)
+			s.placed(rl, "stale_fence")
+			s.unlock(ctx, rl, lease)
 			if attempt < s.attempts && ctx.Err() == nil {
 				continue
 			}
@@ -317,13 +329,13 @@ func (s *Service) place(ctx context.Context, user string, key request.Key, fp st
 		case errors.Is(err, store.ErrInvalid):
 			// The request was validated already: this is a wiring fault
 			// (say, a locker without a Fencer), not the client's.
-			s.metrics.place("invalid")
+			s.placed(rl, "invalid")
 			s.log.Error("place order refused its input", "err", err)
 			return problemReply(problem.Internal("the order could not be placed")), retryable, lease
 		}
 		// The transaction failed in a way that may or may not have
 		// committed. Postgres can tell.
-		s.metrics.place("error")
+		s.placed(rl, "error")
 		s.log.Error("place order failed", "err", err)
 		r, v := s.ambiguous(ctx, user, key, fp)
 		return r, v, lease
@@ -354,11 +366,11 @@ func (s *Service) ambiguous(ctx context.Context, user string, key request.Key, f
 // had, fence 0 (FallbackDB: the order transaction takes its fence once it
 // holds the stock row) or a 503 (FallbackReject). ok is false when r is the
 // answer.
-func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fence int64, r Reply, ok bool) {
+func (s *Service) fence(ctx context.Context, rl *requestLog, productID string) (lease Lease, fence int64, r Reply, ok bool) {
 	// An unknown product gets no lock and no fence counter: bad input
 	// writes nothing.
 	if _, err := s.store.Stock(ctx, productID); errors.Is(err, store.ErrNotFound) {
-		s.metrics.place("unknown_product")
+		s.placed(rl, "unknown_product")
 		return nil, 0, problemReply(problem.UnknownProduct(productID)), false
 	} else if err != nil {
 		s.log.Error("read stock", "err", err)
@@ -366,7 +378,9 @@ func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fen
 	}
 	key := stockKey(productID)
 	if s.locker != nil {
+		start := time.Now()
 		l, err := s.locker.Lock(ctx, key)
+		rl.locked(key, l, time.Since(start))
 		switch {
 		case err == nil:
 			s.failpoints.Hit(failpoint.AfterLock)
@@ -377,20 +391,22 @@ func (s *Service) fence(ctx context.Context, productID string) (lease Lease, fen
 			// The lock works and someone else holds it: contention, not
 			// an outage. Going around it would only make the holder's
 			// fence stale.
-			s.metrics.place("lock_busy")
+			s.placed(rl, "lock_busy")
 			return nil, 0, problemReply(problem.ServiceUnavailable("the product is busy; retry", s.retry)), false
 		case !errors.Is(err, quorum.ErrQuorumUnavailable):
 			// The lock was won but its fence could not be taken: the
 			// database, not contention.
-			s.metrics.place("error")
+			s.placed(rl, "error")
 			s.log.Error("stock lock: fence unavailable", "key", key, "err", err)
 			return nil, 0, problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry)), false
 		case s.fallback == FallbackReject:
 			s.metrics.fallback(string(FallbackReject))
+			rl.fallback = string(FallbackReject)
 			s.log.Warn("stock lock unavailable; rejecting", "key", key, "err", err)
 			return nil, 0, problemReply(problem.ServiceUnavailable("the stock lock is unavailable", s.retry)), false
 		}
 		s.metrics.fallback(string(FallbackDB))
+		rl.fallback = string(FallbackDB)
 		s.log.Warn("stock lock quorum unavailable; Postgres arbitrates", "key", key, "err", err)
 	}
 	// The fence is taken inside the order transaction, once it holds the

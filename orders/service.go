@@ -253,15 +253,18 @@ func (s *Service) budget() time.Duration {
 // Store returns the service's store.
 func (s *Service) Store() *store.Store { return s.store }
 
-// unlockLater releases a lease after the response is saved, bounded, and
-// even when the request's context has ended.
-func (s *Service) unlock(ctx context.Context, lease Lease) {
+// unlock releases a lease after the response is saved, bounded, and even
+// when the request's context has ended, and notes in rl how it went.
+func (s *Service) unlock(ctx context.Context, rl *requestLog, lease Lease) {
 	if lease == nil {
 		return
 	}
+	rl.releasing(lease)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := lease.Unlock(ctx); err != nil {
-		s.log.Warn("stock unlock not confirmed", "err", err)
+	err := lease.Unlock(ctx)
+	rl.unlocked(err)
+	if err != nil {
+		s.log.Warn("stock unlock not confirmed", "key", rl.lockKey, "token", rl.token, "unlock", rl.unlock, "err", err)
 	}
 }
