@@ -215,6 +215,7 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 	t.Helper()
 	env := map[string]string{
 		"ORDERS_LISTEN":             "127.0.0.1:0",
+		"ORDERS_LOG_FORMAT":         "json", // the drills read the log
 		"ORDERS_REDIS_ADDRS":        strings.Join(d.bed.RedisAddrs(), ","),
 		"ORDERS_DATABASE_URL":       d.dsn,
 		"ORDERS_JWT_SECRET":         drillSecret,

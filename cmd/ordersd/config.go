@@ -2,19 +2,19 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/internal/ordersenv"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/payment"
@@ -60,26 +60,13 @@ type config struct {
 	invariantEvery   time.Duration   // ORDERS_INVARIANT_INTERVAL (0: the watchdog is off)
 	stuckPaying      time.Duration   // ORDERS_STUCK_PAYING_AFTER
 	failpoints       *failpoint.Set  // QUORUMLOCK_FAILPOINTS (only a -tags failpoints build arms them)
+	logFormat        string          // ORDERS_LOG_FORMAT: text or json
+	logLevel         slog.Level      // ORDERS_LOG_LEVEL
 }
 
-// secret returns the value of the secret name: from the file named by
-// name_FILE when that is set, else from the variable itself. Errors name
-// the variables and the file, never the value.
-func secret(name string) (string, error) {
-	v, inEnv := os.LookupEnv(name)
-	path, inFile := os.LookupEnv(name + "_FILE")
-	switch {
-	case inEnv && inFile:
-		return "", fmt.Errorf("%s and %s_FILE are both set: set one", name, name)
-	case inFile:
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("%s_FILE: %w", name, err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
-	return v, nil
-}
+// secret returns the secret name, from the environment or from the file
+// named by name_FILE (see ordersenv.Secret).
+func secret(name string) (string, error) { return ordersenv.Secret(os.LookupEnv, name) }
 
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
@@ -113,9 +100,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.listen, "listen", env("ORDERS_LISTEN", "127.0.0.1:8080"), "HTTP listen address (ORDERS_LISTEN)")
-	addrs := fs.String("redis-addrs", env("ORDERS_REDIS_ADDRS", ""), "comma-separated independent Redis masters, an odd number (ORDERS_REDIS_ADDRS)")
+	addrs := fs.String("redis-addrs", env(ordersenv.VarRedisAddrs, ""), "comma-separated independent Redis masters, an odd number (ORDERS_REDIS_ADDRS)")
 	var err error
-	if c.databaseURL, err = secret("ORDERS_DATABASE_URL"); err != nil {
+	if c.databaseURL, err = secret(ordersenv.VarDatabaseURL); err != nil {
 		errs = append(errs, err)
 	}
 	if c.jwtSecret, err = secret("ORDERS_JWT_SECRET"); err != nil {
@@ -124,28 +111,28 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.callbackKey, err = secret("ORDERS_PAYMENT_CALLBACK_SECRET"); err != nil {
 		errs = append(errs, err)
 	}
-	if c.redisPassword, err = secret("ORDERS_REDIS_PASSWORD"); err != nil {
+	if c.redisPassword, err = secret(ordersenv.VarRedisPassword); err != nil {
 		errs = append(errs, err)
 	}
 	if c.failpoints, err = failpoint.FromEnv(); err != nil {
 		errs = append(errs, err)
 	}
-	fs.StringVar(&c.redisUser, "redis-username", env("ORDERS_REDIS_USERNAME", ""), "Redis ACL user of every master (ORDERS_REDIS_USERNAME; the password comes from ORDERS_REDIS_PASSWORD or ORDERS_REDIS_PASSWORD_FILE)")
-	tlsDefault, err := strconv.ParseBool(env("ORDERS_REDIS_TLS", "false"))
+	fs.StringVar(&c.redisUser, "redis-username", env(ordersenv.VarRedisUsername, ""), "Redis ACL user of every master (ORDERS_REDIS_USERNAME; the password comes from ORDERS_REDIS_PASSWORD or ORDERS_REDIS_PASSWORD_FILE)")
+	tlsDefault, err := strconv.ParseBool(env(ordersenv.VarRedisTLS, "false"))
 	if err != nil {
-		errs = append(errs, fmt.Errorf("ORDERS_REDIS_TLS=%q: want true or false", env("ORDERS_REDIS_TLS", "")))
+		errs = append(errs, fmt.Errorf("ORDERS_REDIS_TLS=%q: want true or false", env(ordersenv.VarRedisTLS, "")))
 	}
 	redisTLS := fs.Bool("redis-tls", tlsDefault, "talk TLS to the Redis masters, verifying them against the system roots or ORDERS_REDIS_TLS_CA_FILE (ORDERS_REDIS_TLS)")
-	redisCA := fs.String("redis-tls-ca-file", env("ORDERS_REDIS_TLS_CA_FILE", ""), "PEM file of the CA that signed the masters' certificates (ORDERS_REDIS_TLS_CA_FILE)")
+	redisCA := fs.String("redis-tls-ca-file", env(ordersenv.VarRedisTLSCAFile, ""), "PEM file of the CA that signed the masters' certificates (ORDERS_REDIS_TLS_CA_FILE)")
 	fs.StringVar(&c.jwtIssuer, "jwt-issuer", env("ORDERS_JWT_ISSUER", ""), "require this iss in every token (ORDERS_JWT_ISSUER; empty: not checked)")
 	fs.StringVar(&c.jwtAudience, "jwt-audience", env("ORDERS_JWT_AUDIENCE", ""), "require this aud in every token (ORDERS_JWT_AUDIENCE; empty: not checked)")
 	envDuration(fs, &errs, &c.jwtLifetime, "jwt-max-lifetime", "ORDERS_JWT_MAX_LIFETIME", auth.DefaultMaxLifetime, "refuse tokens whose exp is further away than this")
 	fs.StringVar(&c.paymentURL, "payment-url", env("ORDERS_PAYMENT_URL", ""), "base URL of the payment provider, e.g. http://127.0.0.1:8090 for fakepay (ORDERS_PAYMENT_URL)")
 	fallback := fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
 	codes := fs.String("idempotency-codes", env("ORDERS_IDEMPOTENCY_CODES", "seed"), "status codes of the idempotency conflicts: seed (202 while in flight, 409 for a reused key) or ietf (409 while in flight, 422 for a reused key) (ORDERS_IDEMPOTENCY_CODES)")
-	envDuration(fs, &errs, &c.lockTTL, "lock-ttl", "ORDERS_LOCK_TTL", 5*time.Second, "stock lock TTL")
+	envDuration(fs, &errs, &c.lockTTL, "lock-ttl", ordersenv.VarLockTTL, ordersenv.DefaultLockTTL, "stock lock TTL, which is also the restart guard's window")
 	envDuration(fs, &errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 2*time.Second, "longest wait for the stock lock")
-	envDuration(fs, &errs, &c.nodeTimeout, "node-timeout", "ORDERS_NODE_TIMEOUT", 0, "per-node Redis timeout of the lock (0: the lock's default)")
+	envDuration(fs, &errs, &c.nodeTimeout, "node-timeout", ordersenv.VarNodeTimeout, 0, "per-node Redis timeout of the lock (0: the lock's default)")
 	envDuration(fs, &errs, &c.idemTTL, "idempotency-ttl", "ORDERS_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency record is kept in Redis")
 	envDuration(fs, &errs, &c.idemLease, "processing-lease", "ORDERS_PROCESSING_LEASE", 10*time.Second, "how long a request may process before a retry may take it over")
 	envDuration(fs, &errs, &c.reconcile, "reconcile-interval", "ORDERS_RECONCILE_INTERVAL", 5*time.Second, "how often payments stuck in PAYING are settled")
@@ -160,18 +147,29 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		errs = append(errs, fmt.Errorf("ORDERS_MIGRATE=%q: want true or false", env("ORDERS_MIGRATE", "")))
 	}
 	migrate := fs.Bool("migrate", migrateDefault, "run the migrations on start (ORDERS_MIGRATE)")
-	durableDefault, err := strconv.ParseBool(env("ORDERS_REDIS_DURABLE", "false"))
+	durableDefault, err := strconv.ParseBool(env(ordersenv.VarRedisDurable, "false"))
 	if err != nil {
-		errs = append(errs, fmt.Errorf("ORDERS_REDIS_DURABLE=%q: want true or false", env("ORDERS_REDIS_DURABLE", "")))
+		errs = append(errs, fmt.Errorf("ORDERS_REDIS_DURABLE=%q: want true or false", env(ordersenv.VarRedisDurable, "")))
 	}
 	durable := fs.Bool("redis-durable", durableDefault, "the Redis masters run appendonly yes with appendfsync always: a restarted node that kept its data votes at once (ORDERS_REDIS_DURABLE)")
 	envDuration(fs, &errs, &c.shutdownWait, "shutdown-wait", "ORDERS_SHUTDOWN_WAIT", 0, "how long in-flight requests may finish on shutdown; 0: as long as the longest handler can take (the processing lease, or a payment call plus its settlement), plus 5s")
+	logFormat := fs.String("log-format", env("ORDERS_LOG_FORMAT", "text"), "log format: text or json (ORDERS_LOG_FORMAT)")
+	logLevel := fs.String("log-level", env("ORDERS_LOG_LEVEL", "info"), "least severe level logged: debug, info, warn or error; info logs one line per order request (ORDERS_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	switch *logFormat {
+	case "text", "json":
+		c.logFormat = *logFormat
+	default:
+		errs = append(errs, fmt.Errorf("ORDERS_LOG_FORMAT %q: want text or json", *logFormat))
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("ORDERS_LOG_LEVEL %q: want debug, info, warn or error", *logLevel))
+	}
 	c.migrate = *migrate
 	if *redisTLS || *redisCA != "" {
-		tc, err := tlsConfig(*redisCA)
+		tc, err := ordersenv.RedisTLS(*redisCA)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -181,11 +179,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		c.shutdownWait = c.longestHandler() + 5*time.Second
 	}
 	c.redisDurable = *durable
-	for _, a := range strings.Split(*addrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			c.redisAddrs = append(c.redisAddrs, a)
-		}
-	}
+	list, err := ordersenv.RedisAddrs(*addrs)
+	errs = append(errs, err)
+	c.redisAddrs = list
 	f, err := orders.ParseFallback(*fallback)
 	errs = append(errs, err)
 	c.fallback = f
@@ -197,6 +193,15 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	c.codes = cs
 	errs = append(errs, c.check())
 	return c, errors.Join(errs...)
+}
+
+// logger is the service's logger on w, in the configured format and level.
+func (c config) logger(w io.Writer) *slog.Logger {
+	o := &slog.HandlerOptions{Level: c.logLevel}
+	if c.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
 }
 
 // longestHandler bounds how long one request can run: a create request
@@ -214,19 +219,6 @@ func (c config) check() error {
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		errs = append(errs, fmt.Errorf("ORDERS_LISTEN %q: %w", c.listen, err))
 	}
-	if len(c.redisAddrs) == 0 {
-		errs = append(errs, errors.New("ORDERS_REDIS_ADDRS is empty: give the Redis masters, comma-separated"))
-	}
-	seen := map[string]bool{}
-	for _, a := range c.redisAddrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			errs = append(errs, fmt.Errorf("ORDERS_REDIS_ADDRS entry %q: %w", a, err))
-		}
-		if seen[a] {
-			errs = append(errs, fmt.Errorf("ORDERS_REDIS_ADDRS names %s twice", a))
-		}
-		seen[a] = true
-	}
 	if c.databaseURL == "" {
 		errs = append(errs, errors.New("ORDERS_DATABASE_URL is empty"))
 	}
@@ -242,7 +234,7 @@ func (c config) check() error {
 		errs = append(errs, fmt.Errorf("ORDERS_JWT_SECRET must be at least %d bytes", auth.MinSecretLen))
 	}
 	for name, d := range map[string]time.Duration{
-		"ORDERS_LOCK_TTL": c.lockTTL, "ORDERS_LOCK_WAIT": c.lockWait, "ORDERS_IDEMPOTENCY_TTL": c.idemTTL,
+		ordersenv.VarLockTTL: c.lockTTL, "ORDERS_LOCK_WAIT": c.lockWait, "ORDERS_IDEMPOTENCY_TTL": c.idemTTL,
 		"ORDERS_PROCESSING_LEASE": c.idemLease, "ORDERS_RECONCILE_INTERVAL": c.reconcile, "ORDERS_PAYMENT_TIMEOUT": c.payTimeout,
 		"ORDERS_ORDER_HOLD": c.hold, "ORDERS_JWT_MAX_LIFETIME": c.jwtLifetime, "ORDERS_EXPIRE_INTERVAL": c.expireEvery,
 	} {
@@ -271,24 +263,4 @@ func (c config) check() error {
 		errs = append(errs, fmt.Errorf("ORDERS_PROCESSING_LEASE (%v) must be shorter than ORDERS_IDEMPOTENCY_TTL (%v)", c.idemLease, c.idemTTL))
 	}
 	return errors.Join(errs...)
-}
-
-// tlsConfig is the TLS configuration of the Redis clients: TLS 1.2 or
-// later, the server verified against the system roots, or against the CA in
-// caFile when given.
-func tlsConfig(caFile string) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile == "" {
-		return tc, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("ORDERS_REDIS_TLS_CA_FILE: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("ORDERS_REDIS_TLS_CA_FILE %s: no PEM certificate in it", caFile)
-	}
-	tc.RootCAs = pool
-	return tc, nil
 }

@@ -150,7 +150,7 @@ func redisOptions(addr string, cfg config) *redis.Options {
 // serve runs the HTTP server until ctx ends. When ready is not nil, it
 // receives the bound address once the server listens.
 func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Writer) error {
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log := cfg.logger(stderr)
 	if cfg.failpoints.Ignored() {
 		log.Warn(failpoint.EnvVar + " is set but this build has no failpoints (build with -tags failpoints): ignored")
 	}

@@ -74,6 +74,9 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"bad stuck age":    {"ORDERS_STUCK_PAYING_AFTER", "ten", "ORDERS_STUCK_PAYING_AFTER"},
 		"zero stuck age":   {"ORDERS_STUCK_PAYING_AFTER", "0s", "ORDERS_STUCK_PAYING_AFTER must be positive"},
 		"stuck age short":  {"ORDERS_STUCK_PAYING_AFTER", "30s", "ORDERS_STUCK_PAYING_AFTER (30s) must exceed"},
+		"bad log format":   {"ORDERS_LOG_FORMAT", "xml", "ORDERS_LOG_FORMAT \"xml\": want text or json"},
+		"bad log level":    {"ORDERS_LOG_LEVEL", "loud", "ORDERS_LOG_LEVEL \"loud\""},
+		"bad redis port":   {"ORDERS_REDIS_ADDRS", "h:99999", "not a number in 1-65535"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

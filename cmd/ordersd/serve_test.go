@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,11 +76,13 @@ func TestServe(t *testing.T) {
 	t.Setenv("ORDERS_PAYMENT_URL", paySrv.URL)
 	t.Setenv("ORDERS_PAYMENT_CALLBACK_SECRET", cbSecret)
 	t.Setenv("ORDERS_INVARIANT_INTERVAL", "100ms")
+	t.Setenv("ORDERS_LOG_FORMAT", "json")
 	var out strings.Builder
 	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2", "-price", "1999"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	base, stop := startServe(t)
+	var logs lockedBuffer
+	base, stop := startServeLog(t, &logs)
 	daemon.Store(base)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get(base + path)
@@ -185,6 +189,62 @@ func TestServe(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
+	checkServeLog(t, logs.String(), dsn, cbSecret, "0123456789abcdef0123456789abcdef")
+}
+
+// checkServeLog checks the daemon's JSON log: one line per order request
+// with the lock's key and token digest, and no secret or lock token in any
+// line.
+func checkServeLog(t *testing.T, log, dsn string, secrets ...string) {
+	t.Helper()
+	var request map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if m["msg"] == "order request" {
+			request = m
+		}
+	}
+	if request == nil {
+		t.Fatalf("no order request line in the log:\n%s", log)
+	}
+	lock, _ := request["lock"].(map[string]any)
+	digest, _ := lock["token"].(string)
+	if request["idempotency"] != "CREATED" || lock["key"] != "stock:42" || lock["unlock"] != "released" || !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(digest) {
+		t.Errorf("order request line: %v", request)
+	}
+	// Lock tokens are rand.Text: 26 characters of base32.
+	if tok := regexp.MustCompile(`[A-Z2-7]{26}`).FindString(log); tok != "" {
+		t.Errorf("the log holds what looks like a lock token (%s):\n%s", tok, log)
+	}
+	if cfg, err := pgx.ParseConfig(dsn); err == nil && cfg.Password != "" {
+		secrets = append(secrets, cfg.Password)
+	}
+	for _, sec := range secrets {
+		if strings.Contains(log, sec) {
+			t.Errorf("the log shows a secret")
+		}
+	}
+}
+
+// lockedBuffer is a log sink safe to read while the daemon writes to it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // /readyz names what is wrong, never a driver's error: those carry hosts,
@@ -267,6 +327,12 @@ func TestRedisPassword(t *testing.T) {
 // returns serve's error (both bounded by 30s).
 func startServe(t *testing.T) (base string, stop func() error) {
 	t.Helper()
+	return startServeLog(t, io.Discard)
+}
+
+// startServeLog is startServe with the daemon's log written to w.
+func startServeLog(t *testing.T, w io.Writer) (base string, stop func() error) {
+	t.Helper()
 	cfg, err := parseConfig(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +340,7 @@ func startServe(t *testing.T) (base string, stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, ready, io.Discard) }()
+	go func() { done <- serve(ctx, cfg, ready, w) }()
 	stop = func() error {
 		cancel()
 		select {

@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,12 +16,15 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/quorumlock/quorumlock/internal/ordersenv"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Defaults of the operator commands. The lock TTL is ordersd's default
 // (ORDERS_LOCK_TTL), which is also the restart window of its guard.
 const (
-	defaultLockTTL = 5 * time.Second
+	defaultLockTTL = ordersenv.DefaultLockTTL
 	defaultTimeout = time.Second
 )
 
@@ -109,37 +107,43 @@ func (a *app) settings(cmd *cobra.Command, v *flagVars, groups int) (settings, e
 		errs = append(errs, fmt.Errorf("--timeout must be positive, got %v", s.timeout))
 	}
 	if groups&withRedis != 0 {
-		addrs, _ := a.value(fs, "redis", "ORDERS_REDIS_ADDRS")
-		list, err := parseAddrs(addrs)
+		addrs, _ := a.value(fs, "redis", ordersenv.VarRedisAddrs)
+		list, err := ordersenv.RedisAddrs(addrs)
+		switch {
+		case err != nil && strings.Trim(addrs, " ,") == "":
+			err = fmt.Errorf("no Redis masters: set %s or --redis to HOST:PORT[,HOST:PORT...]: %w", ordersenv.VarRedisAddrs, ordersenv.ErrInvalid)
+		case err != nil:
+			err = fmt.Errorf("the Redis masters (--redis, or %s): %w", ordersenv.VarRedisAddrs, err)
+		}
 		errs = append(errs, err)
 		s.addrs = list
-		s.redisUser, _ = a.value(fs, "redis-username", "ORDERS_REDIS_USERNAME")
-		pw, err := a.secret("ORDERS_REDIS_PASSWORD")
+		s.redisUser, _ = a.value(fs, "redis-username", ordersenv.VarRedisUsername)
+		pw, err := a.secret(ordersenv.VarRedisPassword)
 		errs = append(errs, err)
 		s.redisPassword = pw
 		a.addSecret(pw)
-		useTLS, err := a.boolValue(fs, "redis-tls", "ORDERS_REDIS_TLS")
+		useTLS, err := a.boolValue(fs, "redis-tls", ordersenv.VarRedisTLS)
 		errs = append(errs, err)
-		ca, _ := a.value(fs, "redis-tls-ca-file", "ORDERS_REDIS_TLS_CA_FILE")
+		ca, _ := a.value(fs, "redis-tls-ca-file", ordersenv.VarRedisTLSCAFile)
 		if useTLS || ca != "" {
-			tc, err := tlsConfig(ca)
+			tc, err := ordersenv.RedisTLS(ca)
 			errs = append(errs, err)
 			s.redisTLS = tc
 		}
 	}
 	if groups&withGuard != 0 {
-		d, err := a.durationValue(fs, "lock-ttl", "ORDERS_LOCK_TTL")
+		d, err := a.durationValue(fs, "lock-ttl", ordersenv.VarLockTTL)
 		errs = append(errs, err)
 		s.window = d
 		if err == nil && d <= 0 {
 			errs = append(errs, fmt.Errorf("the lock TTL (--lock-ttl, ORDERS_LOCK_TTL) must be positive, got %v", d))
 		}
-		durable, err := a.boolValue(fs, "redis-durable", "ORDERS_REDIS_DURABLE")
+		durable, err := a.boolValue(fs, "redis-durable", ordersenv.VarRedisDurable)
 		errs = append(errs, err)
 		s.durable = durable
 	}
 	if groups&withNodeTimeout != 0 {
-		d, err := a.durationValue(fs, "node-timeout", "ORDERS_NODE_TIMEOUT")
+		d, err := a.durationValue(fs, "node-timeout", ordersenv.VarNodeTimeout)
 		errs = append(errs, err)
 		if err == nil && d < 0 {
 			errs = append(errs, fmt.Errorf("the node timeout (--node-timeout, ORDERS_NODE_TIMEOUT) must not be negative, got %v", d))
@@ -150,7 +154,7 @@ func (a *app) settings(cmd *cobra.Command, v *flagVars, groups int) (settings, e
 		if f := fs.Lookup("database-url"); f != nil && f.Changed {
 			s.databaseURL = v.databaseURL
 		} else {
-			u, err := a.secret("ORDERS_DATABASE_URL")
+			u, err := a.secret(ordersenv.VarDatabaseURL)
 			errs = append(errs, err)
 			s.databaseURL = u
 		}
@@ -214,67 +218,7 @@ func (a *app) boolValue(fs *pflag.FlagSet, name, envName string) (bool, error) {
 // the file named by name_FILE. Errors name the variables and the file,
 // never the value.
 func (a *app) secret(name string) (string, error) {
-	v, inEnv := a.env(name)
-	path, inFile := a.env(name + "_FILE")
-	switch {
-	case inEnv && inFile:
-		return "", fmt.Errorf("%s and %s_FILE are both set: set one", name, name)
-	case inFile:
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("%s_FILE: %w", name, err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
-	return v, nil
-}
-
-// parseAddrs splits a comma-separated list of HOST:PORT addresses.
-func parseAddrs(list string) ([]string, error) {
-	var out []string
-	var errs []error
-	seen := map[string]bool{}
-	for _, a := range strings.Split(list, ",") {
-		if a = strings.TrimSpace(a); a == "" {
-			continue
-		}
-		if _, port, err := net.SplitHostPort(a); err != nil {
-			errs = append(errs, fmt.Errorf("redis address %q (--redis, ORDERS_REDIS_ADDRS): %w", a, err))
-			continue
-		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			errs = append(errs, fmt.Errorf("redis address %q (--redis, ORDERS_REDIS_ADDRS): port %q is not a number in 1-65535", a, port))
-			continue
-		}
-		if seen[a] {
-			errs = append(errs, fmt.Errorf("redis address %s is named twice (--redis, ORDERS_REDIS_ADDRS)", a))
-			continue
-		}
-		seen[a] = true
-		out = append(out, a)
-	}
-	if len(out) == 0 && len(errs) == 0 {
-		errs = append(errs, errors.New("no Redis masters: set ORDERS_REDIS_ADDRS or --redis to HOST:PORT[,HOST:PORT...]"))
-	}
-	return out, errors.Join(errs...)
-}
-
-// tlsConfig is TLS 1.2 or later, the masters verified against the system
-// roots, or against the CA in caFile when given.
-func tlsConfig(caFile string) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile == "" {
-		return tc, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("the Redis TLS CA file (--redis-tls-ca-file, ORDERS_REDIS_TLS_CA_FILE): %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("the Redis TLS CA file %s: no PEM certificate in it", caFile)
-	}
-	tc.RootCAs = pool
-	return tc, nil
+	return ordersenv.Secret(a.env, name)
 }
 
 // redisOptions are the options of a client to the master at addr: every
@@ -370,12 +314,10 @@ func (s settings) connectDB(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// digest is the short form of a token that the commands print: the first
-// 8 hex digits of its SHA-256. A token grants unlock; its digest does not.
-func digest(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:4])
-}
+// digest is the short form of a token that the commands print, the same
+// as ordersd's log shows (quorum.TokenDigest). A token grants unlock; its
+// digest does not.
+func digest(token string) string { return quorum.TokenDigest(token) }
 
 // writeJSON prints v as indented JSON.
 func (a *app) writeJSON(v any) error {
