@@ -10,7 +10,7 @@ package integration_test
 // OS processes. Crashes are real SIGKILLs, checked through the process
 // state; waits are for events (a failpoint line on stderr, a process exit
 // or stop, an HTTP answer, a database state), each with a deadline. The
-// verdict on stock and orders comes from checker.Orders.
+// verdict on stock and orders comes from audit.Orders.
 //
 //	drill                                                            test
 //	(a) killed right after taking the stock lock: the TTL frees it   TestDrills/KillAfterLock
@@ -63,10 +63,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/orders/audit"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
@@ -528,8 +528,8 @@ func (d *drill) untilFinal(what string, limit time.Duration, send func() (reply,
 }
 
 // response is the checker's record of an answer.
-func response(user, key string, r reply) checker.Response {
-	resp := checker.Response{UserID: user, IdempotencyKey: key, Status: r.Status, Body: r.Body}
+func response(user, key string, r reply) audit.Response {
+	resp := audit.Response{UserID: user, IdempotencyKey: key, Status: r.Status, Body: r.Body}
 	if r.Status == http.StatusCreated {
 		resp.OrderID = r.field("orderId")
 	}
@@ -545,14 +545,14 @@ func (d *drill) stock(product string) int64 {
 	return s.Available
 }
 
-func (d *drill) orders() []checker.OrderRow {
+func (d *drill) orders() []audit.OrderRow {
 	d.t.Helper()
 	rows, err := d.pool.Query(context.Background(), `SELECT order_id, user_id, idempotency_key, product_id, quantity, status FROM orders ORDER BY created_at`)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (checker.OrderRow, error) {
-		var o checker.OrderRow
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (audit.OrderRow, error) {
+		var o audit.OrderRow
 		return o, r.Scan(&o.OrderID, &o.UserID, &o.IdempotencyKey, &o.ProductID, &o.Quantity, &o.Status)
 	})
 	if err != nil {
@@ -577,14 +577,14 @@ func (d *drill) saved(user, key string) (store.Outcome, bool) {
 
 // verdict runs the checker on the drill's products, orders and answers,
 // and checks the number of orders.
-func (d *drill) verdict(wantOrders int, responses []checker.Response) {
+func (d *drill) verdict(wantOrders int, responses []audit.Response) {
 	d.t.Helper()
-	stock := map[string]checker.Stock{}
+	stock := map[string]audit.Stock{}
 	for p, n := range d.initial {
-		stock[p] = checker.Stock{Initial: n, Final: d.stock(p)}
+		stock[p] = audit.Stock{Initial: n, Final: d.stock(p)}
 	}
 	rows := d.orders()
-	v := checker.Orders(stock, rows, responses)
+	v := audit.Orders(stock, rows, responses)
 	if !v.OK() {
 		d.t.Fatalf("checker: %v", v)
 	}
@@ -711,7 +711,7 @@ func drillKillAfterLock(t *testing.T, k *drillKit) {
 	if again.Status != http.StatusCreated || again.replayed() {
 		t.Fatalf("retry of the crashed request: %v (replayed %v)", again, again.replayed())
 	}
-	d.verdict(2, []checker.Response{response("drill-a-2", "k2", r), response("drill-a-1", "k1", again)})
+	d.verdict(2, []audit.Response{response("drill-a-2", "k2", r), response("drill-a-1", "k1", again)})
 }
 
 // (b) The work outlives its lease: A freezes (SIGSTOP) right after taking
@@ -776,7 +776,7 @@ func drillLeaseOutlived(t *testing.T, k *drillKit) {
 	if s := d.stock("b"); s != 0 {
 		t.Fatalf("stock %d, want 0", s)
 	}
-	d.verdict(1, []checker.Response{response("drill-b-2", "k", second), response("drill-b-1", "k", res.r)})
+	d.verdict(1, []audit.Response{response("drill-b-2", "k", second), response("drill-b-1", "k", res.r)})
 	if rows := d.orders(); rows[0].UserID != "drill-b-2" {
 		t.Fatalf("the order is %+v, want B's", rows[0])
 	}
@@ -988,7 +988,7 @@ func drillRedisUnreachable(t *testing.T, k *drillKit) {
 			t.Fatalf("reject mode, %s: %v %v, want 503 with Retry-After", s.user, s.r, s.err)
 		}
 	}
-	var resps []checker.Response
+	var resps []audit.Response
 	codes := map[int]int{}
 	for _, s := range placed {
 		if s.err != nil {
@@ -1044,7 +1044,7 @@ func drillHundredIdenticalRequests(t *testing.T, k *drillKit) {
 		}()
 	}
 	wg.Wait()
-	var resps []checker.Response
+	var resps []audit.Response
 	for i, r := range answers {
 		switch {
 		case errs[i] != nil:
@@ -1054,7 +1054,7 @@ func drillHundredIdenticalRequests(t *testing.T, k *drillKit) {
 		}
 		resps = append(resps, response(user, key, r))
 	}
-	t.Logf("first answers: %s", checker.Summary(resps))
+	t.Logf("first answers: %s", audit.Summary(resps))
 	// A 202 polls its Location, a 503 sends the request again, until the
 	// final answer, which must be the same for all.
 	for i, r := range answers {
@@ -1117,7 +1117,7 @@ func drillChangedQuantity(t *testing.T, k *drillKit) {
 	}
 	// The conflicts are not the key's saved answer: the checker judges the
 	// order and its answers.
-	d.verdict(1, []checker.Response{response(user, key, first), response(user, key, same)})
+	d.verdict(1, []audit.Response{response(user, key, first), response(user, key, same)})
 }
 
 // (g) A dies after its order committed and before the Redis record became
@@ -1158,7 +1158,7 @@ func drillKillAfterCommit(t *testing.T, k *drillKit) {
 	if again.Status != r.Status || again.Body != r.Body {
 		t.Fatalf("replay from the repaired record: %v, want %v", again, r)
 	}
-	d.verdict(1, []checker.Response{response(user, key, r), response(user, key, again)})
+	d.verdict(1, []audit.Response{response(user, key, r), response(user, key, again)})
 }
 
 // (h) The idempotency record is gone, deleted (an eviction, a lost node)
@@ -1187,7 +1187,7 @@ func drillRecordExpired(t *testing.T, k *drillKit) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var resps []checker.Response
+	var resps []audit.Response
 	for key, first := range map[string]reply{"k-deleted": deleted, "k-expired": expired} {
 		r := d.mustCreate(a, user, key, buy("h", 1))
 		if r.Status != http.StatusCreated || r.Body != first.Body || !r.replayed() {
@@ -1228,7 +1228,7 @@ func drillCrashPoints(t *testing.T, k *drillKit) {
 		if r.Status != http.StatusCreated || r.replayed() {
 			t.Fatalf("retry after the lease: %v (replayed %v), want a new order", r, r.replayed())
 		}
-		d.verdict(1, []checker.Response{response(user, key, r)})
+		d.verdict(1, []audit.Response{response(user, key, r)})
 	})
 	t.Run("after-decrement", func(t *testing.T) {
 		t.Parallel()
@@ -1247,7 +1247,7 @@ func drillCrashPoints(t *testing.T, k *drillKit) {
 		if r.Status != http.StatusCreated || r.replayed() {
 			t.Fatalf("retry: %v (replayed %v), want a new order", r, r.replayed())
 		}
-		d.verdict(1, []checker.Response{response(user, key, r)})
+		d.verdict(1, []audit.Response{response(user, key, r)})
 	})
 	t.Run("after-commit", func(t *testing.T) {
 		t.Parallel()
@@ -1272,7 +1272,7 @@ func drillCrashPoints(t *testing.T, k *drillKit) {
 		if again.Body != r.Body || !again.replayed() {
 			t.Fatalf("POST after the poll: %v", again)
 		}
-		d.verdict(1, []checker.Response{response(user, key, r), response(user, key, again)})
+		d.verdict(1, []audit.Response{response(user, key, r), response(user, key, again)})
 	})
 	t.Run("after-success", func(t *testing.T) {
 		t.Parallel()
@@ -1292,7 +1292,7 @@ func drillCrashPoints(t *testing.T, k *drillKit) {
 		if r.Status != saved.ResponseStatus || r.Body != string(saved.ResponseBody) || !r.replayed() {
 			t.Fatalf("retry: %v, want a replay of %s", r, saved.ResponseBody)
 		}
-		d.verdict(1, []checker.Response{response(user, key, r)})
+		d.verdict(1, []audit.Response{response(user, key, r)})
 	})
 	// The payment flow: A dies during POST /orders/{id}/pay; B's
 	// reconciler settles the order; the provider moved money once.
@@ -1400,5 +1400,5 @@ func payCrash(t *testing.T, k *drillKit, point failpoint.Name) {
 		t.Fatalf("provider: %d charges, key %+v (%d requests before the retry); want one charge and no new request", st.Charges, st.ByKey[rid], sentSettled)
 	}
 	t.Logf("%s: settled %s by B, provider ref %s; charge requests: %d at the crash, %d in all; one charge", point, o.Status, p.ProviderRef, sentBefore, st.ByKey[rid].Received)
-	d.verdict(1, []checker.Response{response(user, "k", created)})
+	d.verdict(1, []audit.Response{response(user, "k", created)})
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/audit"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -42,16 +42,16 @@ func TestSeedScenario(t *testing.T) {
 	for i, a := range answers {
 		answers[i] = untilFinal(a, func() answer { return post(t, ins[i], "u1001", "req-001", buy42) })
 	}
-	var resps []checker.Response
+	var resps []audit.Response
 	for i, a := range answers {
 		t.Logf("instance %d: %d %s replayed=%q", i, a.Status, a.Body, a.Header.Get(orders.HeaderReplayed))
 		if a.Status != http.StatusCreated {
 			t.Fatalf("instance %d answered %d %s", i, a.Status, a.Body)
 		}
-		resps = append(resps, checker.Response{UserID: "u1001", IdempotencyKey: "req-001", Status: a.Status, Body: a.Body,
+		resps = append(resps, audit.Response{UserID: "u1001", IdempotencyKey: "req-001", Status: a.Status, Body: a.Body,
 			OrderID: fmt.Sprint(a.json(t)["orderId"])})
 	}
-	verdict := checker.Orders(map[string]checker.Stock{"42": {Initial: 1, Final: r.stock(t)}}, r.rows(t), resps)
+	verdict := audit.Orders(map[string]audit.Stock{"42": {Initial: 1, Final: r.stock(t)}}, r.rows(t), resps)
 	if !verdict.OK() {
 		t.Fatal(verdict)
 	}
@@ -99,16 +99,16 @@ func untilFinal(a answer, next func() answer) answer {
 }
 
 // rows reads the orders table for the checker.
-func (r *rig) rows(t *testing.T) []checker.OrderRow {
+func (r *rig) rows(t *testing.T) []audit.OrderRow {
 	t.Helper()
 	rows, err := r.pool.Query(context.Background(), "SELECT order_id, user_id, idempotency_key, product_id, quantity, status FROM orders")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []checker.OrderRow
+	var out []audit.OrderRow
 	for rows.Next() {
-		var o checker.OrderRow
+		var o audit.OrderRow
 		if err := rows.Scan(&o.OrderID, &o.UserID, &o.IdempotencyKey, &o.ProductID, &o.Quantity, &o.Status); err != nil {
 			t.Fatal(err)
 		}
@@ -132,11 +132,11 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	var resps []checker.Response
+	var resps []audit.Response
 	codes := map[int]int{}
 	for _, a := range answers {
 		codes[a.Status]++
-		resp := checker.Response{UserID: "u1001", IdempotencyKey: "req-100", Status: a.Status, Body: a.Body}
+		resp := audit.Response{UserID: "u1001", IdempotencyKey: "req-100", Status: a.Status, Body: a.Body}
 		if a.Status == http.StatusCreated {
 			resp.OrderID = fmt.Sprint(a.json(t)["orderId"])
 		} else if a.Status != http.StatusAccepted {
@@ -144,7 +144,7 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 		}
 		resps = append(resps, resp)
 	}
-	t.Logf("first answers: %s", checker.Summary(resps))
+	t.Logf("first answers: %s", audit.Summary(resps))
 	// Every request that got 202 polls its Location until it has the
 	// final answer, which must be the same for all.
 	for i, a := range answers {
@@ -157,13 +157,13 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 		if final.Status != http.StatusCreated {
 			t.Fatalf("poll %s: %d %s", loc, final.Status, final.Body)
 		}
-		resps = append(resps, checker.Response{UserID: "u1001", IdempotencyKey: "req-100", Status: final.Status, Body: final.Body,
+		resps = append(resps, audit.Response{UserID: "u1001", IdempotencyKey: "req-100", Status: final.Status, Body: final.Body,
 			OrderID: fmt.Sprint(final.json(t)["orderId"])})
 	}
 	if codes[http.StatusCreated] == 0 {
 		t.Fatal("no request got the order")
 	}
-	v := checker.Orders(map[string]checker.Stock{"42": {Initial: 5, Final: r.stock(t)}}, r.rows(t), resps)
+	v := audit.Orders(map[string]audit.Stock{"42": {Initial: 5, Final: r.stock(t)}}, r.rows(t), resps)
 	if !v.OK() {
 		t.Fatal(v)
 	}
@@ -346,7 +346,7 @@ func TestQuorumLoss(t *testing.T) {
 					t.Fatalf("after heal: %d %s", a.Status, a.Body)
 				}
 			}
-			v := checker.Orders(map[string]checker.Stock{"42": {Initial: 1, Final: r.stock(t)}}, r.rows(t), nil)
+			v := audit.Orders(map[string]audit.Stock{"42": {Initial: 1, Final: r.stock(t)}}, r.rows(t), nil)
 			if !v.OK() {
 				t.Fatal(v)
 			}
@@ -381,11 +381,11 @@ func TestDistinctUsersNeverOversell(t *testing.T) {
 		retried += n
 	}
 	t.Logf("503 answers retried: %d", retried)
-	var resps []checker.Response
+	var resps []audit.Response
 	codes := map[int]int{}
 	for i, a := range answers {
 		codes[a.Status]++
-		resp := checker.Response{UserID: fmt.Sprintf("user%02d", i), IdempotencyKey: "buy-1", Status: a.Status, Body: a.Body}
+		resp := audit.Response{UserID: fmt.Sprintf("user%02d", i), IdempotencyKey: "buy-1", Status: a.Status, Body: a.Body}
 		if a.Status == http.StatusCreated {
 			resp.OrderID = fmt.Sprint(a.json(t)["orderId"])
 		}
@@ -395,7 +395,7 @@ func TestDistinctUsersNeverOversell(t *testing.T) {
 	if codes[http.StatusCreated] != 10 || codes[http.StatusConflict] != 20 {
 		t.Fatalf("want 10 x 201 and 20 x 409, got %v", codes)
 	}
-	v := checker.Orders(map[string]checker.Stock{"42": {Initial: 10, Final: r.stock(t)}}, r.rows(t), resps)
+	v := audit.Orders(map[string]audit.Stock{"42": {Initial: 10, Final: r.stock(t)}}, r.rows(t), resps)
 	if !v.OK() || r.stock(t) != 0 {
 		t.Fatalf("stock %d; %v", r.stock(t), v)
 	}

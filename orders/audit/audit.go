@@ -1,0 +1,237 @@
+// Package audit judges the history of an order run: the rows of the orders
+// table at its end, the stock of each product before and after, and the
+// answers every client got to POST /orders. It is the after-the-fact
+// verdict on the guarantees of package orders, and depends on the standard
+// library alone, so tests, drills and the quorumctl demo can all use it.
+//
+// [Orders] runs these checks, each named by its Check constant:
+//   - one order per (user, idempotency key): no request was placed twice;
+//   - stock never negative, and no product sold beyond its initial stock
+//     (no oversell);
+//   - stock balance: per product, the stock taken (initial minus final)
+//     equals what the live (not cancelled) orders hold, so no decrement was
+//     lost or doubled; every ordered product was stocked by the run;
+//   - every final answer (a 201 or a saved 409) to one (user, key) is the
+//     same, and every 201 names an order row of that same user and key.
+//
+// The tests of this package include negative controls: for each check, a
+// history with a real violation that the check must catch.
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The checks of [Orders], as [Violation.Check] names them.
+const (
+	// CheckOneOrderPerKey: at most one order row per (user, idempotency key).
+	CheckOneOrderPerKey = "one_order_per_key"
+	// CheckNonNegativeStock: no product's final stock is below zero.
+	CheckNonNegativeStock = "non_negative_stock"
+	// CheckNoOversell: the live orders of a product hold no more than its
+	// initial stock.
+	CheckNoOversell = "no_oversell"
+	// CheckStockBalance: the stock a product lost is exactly what its live
+	// orders hold, and every ordered product was stocked by the run.
+	CheckStockBalance = "stock_balance"
+	// CheckSameAnswer: every final answer to one (user, key) is identical.
+	CheckSameAnswer = "same_answer"
+	// CheckAnswerMatchesRow: every 201 names an order row, of the same user
+	// and idempotency key.
+	CheckAnswerMatchesRow = "answer_matches_row"
+)
+
+// Checks returns the names of the checks [Orders] runs, in the order it
+// runs them.
+func Checks() []string {
+	return []string{CheckOneOrderPerKey, CheckNonNegativeStock, CheckNoOversell, CheckStockBalance, CheckSameAnswer, CheckAnswerMatchesRow}
+}
+
+// OrderRow is one row of the orders table at the end of a run.
+type OrderRow struct {
+	OrderID        string
+	UserID         string
+	IdempotencyKey string
+	ProductID      string
+	Quantity       int64
+	// Status is the order's state; CANCELLED orders gave their stock back.
+	Status string
+}
+
+// Response is what one client got for one POST /orders.
+type Response struct {
+	UserID         string
+	IdempotencyKey string
+	Status         int
+	Body           string
+	// OrderID is the id the body names, empty when it names none.
+	OrderID string
+}
+
+// Final reports whether the response is a final answer that every retry of
+// the same request must repeat: a success or a saved rejection. 202 (still
+// in progress), 4xx validation errors other than 409, and 5xx are not.
+func (r Response) Final() bool { return r.Status == 201 || r.Status == 409 }
+
+// Stock is a product's stock before and after a run.
+type Stock struct {
+	Initial, Final int64
+}
+
+// Violation is one violation [Orders] found.
+type Violation struct {
+	// Check is the check that caught it, one of [Checks].
+	Check string
+	// Detail describes the violation, naming the rows or answers involved.
+	Detail string
+}
+
+// String renders the violation as "check: detail".
+func (v Violation) String() string { return v.Check + ": " + v.Detail }
+
+// Report is the verdict of [Orders].
+type Report struct {
+	// Checked counts the rows and responses examined.
+	Checked int
+	// Violations lists each violation found, in the order of [Checks].
+	Violations []Violation
+}
+
+// OK reports whether no violation was found.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+// Caught reports whether check found at least one violation.
+func (r Report) Caught(check string) bool {
+	return slices.ContainsFunc(r.Violations, func(v Violation) bool { return v.Check == check })
+}
+
+// String summarises the report, one violation a line.
+func (r Report) String() string {
+	if r.OK() {
+		return fmt.Sprintf("%d checked, no violations", r.Checked)
+	}
+	lines := make([]string, len(r.Violations))
+	for i, v := range r.Violations {
+		lines[i] = v.String()
+	}
+	return fmt.Sprintf("%d checked, %d violations:\n  %s", r.Checked, len(r.Violations), strings.Join(lines, "\n  "))
+}
+
+func (r *Report) add(check, format string, args ...any) {
+	r.Violations = append(r.Violations, Violation{Check: check, Detail: fmt.Sprintf(format, args...)})
+}
+
+// Orders judges an order run (see the package documentation for the
+// checks): stock holds every product the run stocked, rows the orders
+// table at the end, responses every answer the clients got, in any order.
+func Orders(stock map[string]Stock, rows []OrderRow, responses []Response) Report {
+	r := Report{Checked: len(rows) + len(responses)}
+	type ukey struct{ user, key string }
+	ukeyCmp := func(a, b ukey) int { return strings.Compare(a.user+"\x00"+a.key, b.user+"\x00"+b.key) }
+	perKey := map[ukey][]string{}
+	byID := map[string]OrderRow{}
+	taken := map[string]int64{}
+	for _, o := range rows {
+		k := ukey{o.UserID, o.IdempotencyKey}
+		perKey[k] = append(perKey[k], o.OrderID)
+		byID[o.OrderID] = o
+		if o.Status != "CANCELLED" {
+			taken[o.ProductID] += o.Quantity
+		}
+	}
+	for _, k := range sortedKeys(perKey, ukeyCmp) {
+		if ids := perKey[k]; len(ids) > 1 {
+			slices.Sort(ids)
+			r.add(CheckOneOrderPerKey, "user %s key %s has %d orders: %v", k.user, k.key, len(ids), ids)
+		}
+	}
+	products := map[string]bool{}
+	for p := range stock {
+		products[p] = true
+	}
+	for p := range taken {
+		products[p] = true
+	}
+	var negative, oversold, balance []string
+	for _, p := range sortedKeys(products, strings.Compare) {
+		s, ok := stock[p]
+		switch {
+		case !ok:
+			balance = append(balance, fmt.Sprintf("orders for product %s, which the run never stocked", p))
+			continue
+		case s.Final < 0:
+			negative = append(negative, fmt.Sprintf("product %s stock is negative: %d", p, s.Final))
+		}
+		if taken[p] > s.Initial {
+			oversold = append(oversold, fmt.Sprintf("product %s oversold: %d sold of %d", p, taken[p], s.Initial))
+		}
+		if got := s.Initial - s.Final; got != taken[p] {
+			balance = append(balance, fmt.Sprintf("product %s: stock went from %d to %d (%d taken) but live orders hold %d", p, s.Initial, s.Final, got, taken[p]))
+		}
+	}
+	for _, d := range negative {
+		r.add(CheckNonNegativeStock, "%s", d)
+	}
+	for _, d := range oversold {
+		r.add(CheckNoOversell, "%s", d)
+	}
+	for _, d := range balance {
+		r.add(CheckStockBalance, "%s", d)
+	}
+	first := map[ukey]Response{}
+	var mismatched []string
+	for _, resp := range responses {
+		if !resp.Final() {
+			continue
+		}
+		k := ukey{resp.UserID, resp.IdempotencyKey}
+		if resp.Status == 201 {
+			if o, ok := byID[resp.OrderID]; !ok {
+				mismatched = append(mismatched, fmt.Sprintf("user %s key %s got order %q, which is not in the table", k.user, k.key, resp.OrderID))
+			} else if o.UserID != resp.UserID || o.IdempotencyKey != resp.IdempotencyKey {
+				mismatched = append(mismatched, fmt.Sprintf("user %s key %s got order %s, which belongs to user %s key %s", k.user, k.key, o.OrderID, o.UserID, o.IdempotencyKey))
+			}
+		}
+		if f, ok := first[k]; !ok {
+			first[k] = resp
+		} else if f.Status != resp.Status || f.Body != resp.Body {
+			r.add(CheckSameAnswer, "user %s key %s answered differently: %d %s vs %d %s", k.user, k.key, f.Status, f.Body, resp.Status, resp.Body)
+		}
+	}
+	for _, d := range mismatched {
+		r.add(CheckAnswerMatchesRow, "%s", d)
+	}
+	return r
+}
+
+// sortedKeys returns the keys of m, sorted by cmp.
+func sortedKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, cmp)
+	return ks
+}
+
+// Count returns how many responses had each status code, for reports.
+func Count(responses []Response) map[int]int {
+	c := map[int]int{}
+	for _, r := range responses {
+		c[r.Status]++
+	}
+	return c
+}
+
+// Summary renders [Count] as a stable string such as "201:1 202:2",
+// status codes in increasing order.
+func Summary(responses []Response) string {
+	c := Count(responses)
+	parts := make([]string, 0, len(c))
+	for _, code := range sortedKeys(c, func(a, b int) int { return a - b }) {
+		parts = append(parts, fmt.Sprintf("%d:%d", code, c[code]))
+	}
+	return strings.Join(parts, " ")
+}
