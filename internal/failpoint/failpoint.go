@@ -78,12 +78,19 @@ const (
 	// PAYING in the same transaction (or the recording failed), before the
 	// reply is written.
 	AfterSettle Name = "after-settle"
+	// AfterPublish: the outbox relay added its batch to the Redis Stream,
+	// before it marks the rows sent: a restart sends them again.
+	AfterPublish Name = "after-publish"
+	// AfterConsume: a consumer committed an event's effect (and its
+	// consumed_events row), before it records the event done in Redis and
+	// acknowledges it: the message is delivered again.
+	AfterConsume Name = "after-consume"
 )
 
 // Names returns every failpoint, in flow order. The slice is the caller's.
 func Names() []Name {
 	return []Name{AfterClaim, AfterLock, AfterDecrement, AfterCommit, AfterSuccess,
-		AfterPaymentBegin, AfterCharge, AfterSettle}
+		AfterPaymentBegin, AfterCharge, AfterSettle, AfterPublish, AfterConsume}
 }
 
 // Action is what an armed failpoint does when it is reached.
