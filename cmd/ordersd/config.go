@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/ordersenv"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/events"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/orders/watchdog"
@@ -61,6 +62,11 @@ type config struct {
 	stuckPaying      time.Duration   // ORDERS_STUCK_PAYING_AFTER
 	failpoints       *failpoint.Set  // QUORUMLOCK_FAILPOINTS (only a -tags failpoints build arms them)
 	logFormat        string          // ORDERS_LOG_FORMAT: text or json
+	eventsAddr       string          // ORDERS_EVENTS_REDIS_ADDR (default: the first master)
+	eventsStream     string          // ORDERS_EVENTS_STREAM
+	eventsMaxLen     int64           // ORDERS_EVENTS_MAXLEN
+	relayEvery       time.Duration   // ORDERS_RELAY_INTERVAL (0: this instance runs no relay)
+	outboxRetention  time.Duration   // ORDERS_OUTBOX_RETENTION
 	logLevel         slog.Level      // ORDERS_LOG_LEVEL
 }
 
@@ -153,6 +159,15 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}
 	durable := fs.Bool("redis-durable", durableDefault, "the Redis masters run appendonly yes with appendfsync always: a restarted node that kept its data votes at once (ORDERS_REDIS_DURABLE)")
 	envDuration(fs, &errs, &c.shutdownWait, "shutdown-wait", "ORDERS_SHUTDOWN_WAIT", 0, "how long in-flight requests may finish on shutdown; 0: as long as the longest handler can take (the processing lease, or a payment call plus its settlement), plus 5s")
+	fs.StringVar(&c.eventsAddr, "events-redis-addr", env("ORDERS_EVENTS_REDIS_ADDR", ""), "the Redis server of the order event stream, HOST:PORT, with the masters' credentials and TLS (ORDERS_EVENTS_REDIS_ADDR; empty: the first of ORDERS_REDIS_ADDRS)")
+	fs.StringVar(&c.eventsStream, "events-stream", env("ORDERS_EVENTS_STREAM", events.DefaultStream), "the Redis Stream the outbox relay publishes to (ORDERS_EVENTS_STREAM)")
+	maxLen, err := strconv.ParseInt(env("ORDERS_EVENTS_MAXLEN", strconv.Itoa(events.DefaultMaxLen)), 10, 64)
+	if err != nil || maxLen < 1 {
+		errs = append(errs, fmt.Errorf("ORDERS_EVENTS_MAXLEN=%q: want a positive number of entries", env("ORDERS_EVENTS_MAXLEN", "")))
+	}
+	fs.Int64Var(&c.eventsMaxLen, "events-maxlen", maxLen, "entries the event stream keeps, roughly (XADD MAXLEN ~) (ORDERS_EVENTS_MAXLEN)")
+	envDuration(fs, &errs, &c.relayEvery, "relay-interval", "ORDERS_RELAY_INTERVAL", events.DefaultInterval, "how often the outbox relay looks for unsent events when it has none; 0 runs no relay on this instance")
+	envDuration(fs, &errs, &c.outboxRetention, "outbox-retention", "ORDERS_OUTBOX_RETENTION", 7*24*time.Hour, "how long published events stay in the outbox table")
 	logFormat := fs.String("log-format", env("ORDERS_LOG_FORMAT", "text"), "log format: text or json (ORDERS_LOG_FORMAT)")
 	logLevel := fs.String("log-level", env("ORDERS_LOG_LEVEL", "info"), "least severe level logged: debug, info, warn or error; info logs one line per order request (ORDERS_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -182,6 +197,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	list, err := ordersenv.RedisAddrs(*addrs)
 	errs = append(errs, err)
 	c.redisAddrs = list
+	if c.eventsAddr == "" && len(list) > 0 {
+		c.eventsAddr = list[0]
+	}
 	f, err := orders.ParseFallback(*fallback)
 	errs = append(errs, err)
 	c.fallback = f
@@ -241,6 +259,23 @@ func (c config) check() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
 		}
+	}
+	if c.eventsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.eventsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("ORDERS_EVENTS_REDIS_ADDR %q: %w", c.eventsAddr, err))
+		}
+	}
+	if c.eventsStream == "" {
+		errs = append(errs, errors.New("ORDERS_EVENTS_STREAM is empty"))
+	}
+	if c.eventsMaxLen < 1 {
+		errs = append(errs, fmt.Errorf("ORDERS_EVENTS_MAXLEN must be positive, got %d", c.eventsMaxLen))
+	}
+	if c.relayEvery < 0 {
+		errs = append(errs, fmt.Errorf("ORDERS_RELAY_INTERVAL must not be negative (0 runs no relay), got %v", c.relayEvery))
+	}
+	if c.outboxRetention <= 0 {
+		errs = append(errs, fmt.Errorf("ORDERS_OUTBOX_RETENTION must be positive, got %v", c.outboxRetention))
 	}
 	if c.invariantEvery < 0 {
 		errs = append(errs, fmt.Errorf("ORDERS_INVARIANT_INTERVAL must not be negative (0 turns the watchdog off), got %v", c.invariantEvery))

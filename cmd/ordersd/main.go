@@ -35,6 +35,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/events"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -245,6 +246,24 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	} else {
 		log.Info("invariant watchdog off (ORDERS_INVARIANT_INTERVAL=0): this instance exports no orders_invariant_violations")
 	}
+	// The outbox relay: every instance may run one; they share the rows
+	// (SKIP LOCKED).
+	var relay *events.Relay
+	if cfg.relayEvery > 0 {
+		evRedis := redis.NewClient(redisOptions(cfg.eventsAddr, cfg))
+		defer func() { _ = evRedis.Close() }()
+		evMetrics, err := events.NewMetrics(reg)
+		if err != nil {
+			return err
+		}
+		relay, err = events.NewRelay(pool, evRedis, events.WithStream(cfg.eventsStream), events.WithMaxLen(cfg.eventsMaxLen),
+			events.WithInterval(cfg.relayEvery), events.WithMetrics(evMetrics), events.WithLogger(log), events.WithFailpoints(cfg.failpoints))
+		if err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
+	} else {
+		log.Info("outbox relay off (ORDERS_RELAY_INTERVAL=0): this instance publishes no order events")
+	}
 	svcOpts := []orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
 		orders.WithFallback(cfg.fallback), orders.WithIdempotencyCodes(cfg.codes), orders.WithPayments(payments),
 		orders.WithMetrics(metrics), orders.WithLogger(log), orders.WithFailpoints(cfg.failpoints)}
@@ -320,6 +339,20 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 		defer close(expired)
 		expireUnpaid(bg, st, cfg.hold, cfg.outcomeRetention, cfg.expireEvery, log)
 	}()
+	relayed := make(chan struct{})
+	go func() {
+		defer close(relayed)
+		if relay != nil {
+			_ = relay.Run(bg)
+		}
+	}()
+	purged := make(chan struct{})
+	go func() {
+		defer close(purged)
+		if relay != nil {
+			purgeOutbox(bg, relay, cfg.outboxRetention, cfg.expireEvery, log)
+		}
+	}()
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -349,10 +382,41 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	<-reconciled
 	<-expired
 	<-watched
+	<-relayed
+	<-purged
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// purgeOutbox deletes published events older than retention from the
+// outbox every interval, in bounded batches, until ctx ends.
+func purgeOutbox(ctx context.Context, r *events.Relay, retention, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for range 100 { // at most 100 batches a round
+			n, err := r.PurgeSent(ctx, retention, 1000)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("purge published events", "err", err)
+				}
+				break
+			}
+			if n > 0 {
+				log.Info("published events purged from the outbox", "count", n)
+			}
+			if n < 1000 {
+				break
+			}
+		}
+	}
 }
 
 // readiness checks Postgres and whether a majority of the Redis masters

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
@@ -146,6 +148,29 @@ func TestServe(t *testing.T) {
 	}
 	if st := pay.Stats(); st.Charges != 1 {
 		t.Fatalf("charged %d times", st.Charges)
+	}
+	// The relay publishes the order's events to the stream on the first
+	// master: created, then paid.
+	evRedis := redis.NewClient(testbed.ClientOptions(bed.RedisAddrs()[0]))
+	defer func() { _ = evRedis.Close() }()
+	var types []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		msgs, err := evRedis.XRange(ctx, "orders:events", "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = types[:0]
+		for _, m := range msgs {
+			if m.Values["order_id"] == created.OrderID {
+				types = append(types, fmt.Sprint(m.Values["type"]))
+			}
+		}
+		if len(types) >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if strings.Join(types, " ") != "order.created order.paid" {
+		t.Fatalf("events on the stream: %q, want order.created then order.paid", types)
 	}
 	resp, err = http.Get(base + "/metrics")
 	if err != nil {
