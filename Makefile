@@ -84,7 +84,8 @@ build:
 
 demo: images
 	$(GO) build -o bin/ordersd ./cmd/ordersd
-	$(GO) run ./cmd/quorumctl demo -ordersd bin/ordersd
+	$(GO) build -o bin/quorumctl ./cmd/quorumctl
+	$(GO) run ./cmd/quorumbed demo -ordersd bin/ordersd -quorumctl bin/quorumctl
 
 compose-up: images
 	CGO_ENABLED=0 $(GO) build -o compose/bin/ordersd ./cmd/ordersd

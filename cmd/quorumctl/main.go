@@ -1,18 +1,13 @@
-// Command quorumctl starts a quorumlock test bed and answers an on-call
-// engineer's questions about a running deployment.
+// Command quorumctl answers an on-call engineer's questions about a running
+// quorumlock deployment. It is the binary to copy to production hosts: it
+// links neither the test bed nor the testing package nor a Docker client
+// (TestNoTestDependencies keeps it so). The test bed and the seed demo are
+// cmd/quorumbed's.
 //
-// Test bed:
-//
-//	quorumctl demo [--ordersd PATH]   start five Redis masters and Postgres, show each answering,
-//	                                  run the seed scenario against three ordersd processes, stop
-//	quorumctl bed [--redis N] [--hold]   start a bed, print its addresses as environment lines;
-//	                                     with --hold keep it up until interrupted
 //	quorumctl trust --addrs A,B,...   vouch for brand-new Redis masters to the lock's
 //	                                  restart guard, until each one's next restart
 //
-// The bed's provider is chosen by QUORUMLOCK_TESTBED (docker, local or auto).
-//
-// Operator commands, configured like ordersd (ORDERS_REDIS_ADDRS,
+// The other commands, configured like ordersd (ORDERS_REDIS_ADDRS,
 // ORDERS_DATABASE_URL or ORDERS_DATABASE_URL_FILE, ORDERS_REDIS_USERNAME,
 // ORDERS_REDIS_PASSWORD or ORDERS_REDIS_PASSWORD_FILE, ORDERS_REDIS_TLS,
 // ORDERS_REDIS_TLS_CA_FILE, ORDERS_REDIS_DURABLE, ORDERS_LOCK_TTL,
@@ -160,10 +155,11 @@ func (a *app) addSecret(s string) {
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "quorumctl",
-		Short: "Start a quorumlock test bed, and inspect a running deployment",
-		Long: `quorumctl starts a quorumlock test bed (demo, bed, trust) and answers an
-on-call engineer's questions about a running deployment (status, inspect,
-lock, unlock, fence, invariants).
+		Short: "Inspect a running quorumlock deployment",
+		Long: `quorumctl answers an on-call engineer's questions about a running
+quorumlock deployment (status, inspect, lock, unlock, fence, invariants) and
+vouches for brand-new Redis masters to the lock's restart guard (trust). The
+test bed and the seed demo are quorumbed's (go run ./cmd/quorumbed).
 
 The operator commands read ordersd's configuration: ORDERS_REDIS_ADDRS,
 ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE), ORDERS_REDIS_USERNAME,
@@ -187,7 +183,7 @@ printed only by 'lock --hold 0', once.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError("%w (see '%s --help')", err, cmd.CommandPath())
 	})
-	root.AddCommand(a.demoCmd(), a.bedCmd(), a.trustCmd(),
+	root.AddCommand(movedCmd("demo"), movedCmd("bed"), a.trustCmd(),
 		a.statusCmd(), a.inspectCmd(), a.lockCmd(), a.unlockCmd(), a.fenceCmd(), a.invariantsCmd())
 	return root
 }
@@ -215,7 +211,7 @@ func keyArg(cmd *cobra.Command, args []string) error {
 }
 
 // normalizeArgs rewrites the single-dash long flags of the flag package
-// (-ordersd PATH, -hold, -addrs A,B) into cobra's double-dash form, so that
+// (-addrs A,B, -ttl 5s, -hold 0) into cobra's double-dash form, so that
 // command lines written for the earlier quorumctl keep working. Only the
 // names of long flags the command defines are rewritten; shorthands such as
 // -o json, and flag values, are left alone.

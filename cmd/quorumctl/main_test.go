@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -82,10 +83,6 @@ func wantCode(t *testing.T, r result, code int, msgs ...string) {
 // Usage and input errors: a non-zero exit, a message that says what is
 // wrong, and nothing printed on stdout. None needs a server.
 func TestUsageErrors(t *testing.T) {
-	fakeBin := filepath.Join(t.TempDir(), "ordersd")
-	if err := os.WriteFile(fakeBin, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	dbFile := filepath.Join(t.TempDir(), "db")
 	if err := os.WriteFile(dbFile, []byte("postgres://u:pw-in-a-file@127.0.0.1:1/db\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -100,9 +97,9 @@ func TestUsageErrors(t *testing.T) {
 		// The commands of the earlier quorumctl, in their spelling.
 		{nil, nil, 2, "no command given"},
 		{nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{nil, []string{"bed", "-redis", "x"}, 2, `invalid argument "x" for "--redis"`},
-		{nil, []string{"demo", "-ordersd", "/nonexistent/ordersd"}, 2, "-ordersd /nonexistent/ordersd: not an executable file"},
-		{nil, []string{"demo", "-ordersd", fakeBin, "extra"}, 2, `unknown command "extra"`},
+		// The test bed's commands are quorumbed's.
+		{nil, []string{"bed", "-redis", "x"}, 2, "bed moved to quorumbed, a separate command that links the test bed: go run ./cmd/quorumbed bed -redis x"},
+		{nil, []string{"demo", "-ordersd", "bin/ordersd"}, 2, "go run ./cmd/quorumbed demo -ordersd bin/ordersd"},
 		{nil, []string{"trust"}, 2, "--addrs names no node"},
 		{nil, []string{"trust", "-addrs", " , "}, 2, "--addrs names no node"},
 		// No key, bad durations, bad address lists, bad output formats.
@@ -159,9 +156,6 @@ func TestUsageErrors(t *testing.T) {
 func TestNormalizeArgs(t *testing.T) {
 	root := (&app{}).rootCmd()
 	for _, tc := range []struct{ in, want []string }{
-		{[]string{"demo", "-ordersd", "bin/ordersd"}, []string{"demo", "--ordersd", "bin/ordersd"}},
-		{[]string{"demo", "-ordersd=bin/ordersd"}, []string{"demo", "--ordersd=bin/ordersd"}},
-		{[]string{"bed", "-redis", "3", "-hold"}, []string{"bed", "--redis", "3", "--hold"}},
 		{[]string{"trust", "-addrs", "a:1,b:2"}, []string{"trust", "--addrs", "a:1,b:2"}},
 		{[]string{"inspect", "k", "-o", "json"}, []string{"inspect", "k", "-o", "json"}},
 		{[]string{"inspect", "k", "-ojson"}, []string{"inspect", "k", "-ojson"}},
@@ -176,24 +170,9 @@ func TestNormalizeArgs(t *testing.T) {
 	}
 }
 
-func TestFindOrdersd(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "ordersd")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	got, err := findOrdersd(bin)
-	if err != nil || got != bin {
-		t.Fatalf("findOrdersd(%q) = %q, %v", bin, got, err)
-	}
-}
-
-func TestInfoField(t *testing.T) {
+func TestInfoValue(t *testing.T) {
 	info := "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"
-	if v := infoField(info, "redis_version"); v != "7.0.15" {
-		t.Fatalf("got %q", v)
-	}
-	if v := infoField(info, "missing"); v != "?" {
+	if v := infoValue(info, "redis_version"); v != "7.0.15" {
 		t.Fatalf("got %q", v)
 	}
 	if v := infoValue(info, "missing"); v != "" {
@@ -327,8 +306,8 @@ func TestCommandsOnBed(t *testing.T) {
 		t.Fatalf("trust output %q", r.stdout)
 	}
 	for i, a := range admins {
-		id := infoField(a.Info(ctx, "server").Val(), "run_id")
-		if marker := a.Get(ctx, quorum.BootMarkerKey).Val(); id == "?" || marker != id {
+		id := infoValue(a.Info(ctx, "server").Val(), "run_id")
+		if marker := a.Get(ctx, quorum.BootMarkerKey).Val(); id == "" || marker != id {
 			t.Fatalf("%s: marker %q, run_id %q", bed.Redis[i].Name(), marker, id)
 		}
 	}
@@ -349,7 +328,7 @@ func TestCommandsOnBed(t *testing.T) {
 		wantCode(t, r, 0)
 		fast(r)
 		for i, a := range admins {
-			version := infoField(a.Info(ctx, "server").Val(), "redis_version")
+			version := infoValue(a.Info(ctx, "server").Val(), "redis_version")
 			row := regexp.MustCompile(regexp.QuoteMeta(bed.RedisAddrs()[i]) + `\s+yes\s+[0-9.]+ms\s+` + regexp.QuoteMeta(version) + `\s+\S+\s+yes\s+trusted`)
 			if !row.MatchString(r.stdout) {
 				t.Errorf("no reachable, trusted row for %s with version %s in\n%s", bed.RedisAddrs()[i], version, r.stdout)
@@ -682,18 +661,66 @@ func TestCommandsOnBed(t *testing.T) {
 	}
 }
 
-// bed, in the earlier spelling, prints the addresses of a bed it starts
-// and stops.
-func TestBedCommand(t *testing.T) {
-	r := ctl(t, nil, "", "bed", "-redis", "1")
-	wantCode(t, r, 0)
-	for _, want := range []string{"QUORUMLOCK_PROVIDER=", "ORDERS_REDIS_ADDRS=127.0.0.1:", "ORDERS_DATABASE_URL=postgres://"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("bed output lacks %q:\n%s", want, r.stdout)
+// The operator's binary, meant to be copied to production hosts, links
+// neither the testing package nor the test bed nor testcontainers-go and
+// its Docker client. (Its tests may: go list -deps without -test leaves
+// them out.) A failure shows the chain of imports that brings each one in.
+func TestNoTestDependencies(t *testing.T) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list quorumctl's dependencies: %v", err)
+	}
+	const self = "github.com/quorumlock/quorumlock/cmd/quorumctl"
+	cmd := exec.Command(gocmd, "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", self)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", self, err, stderr.String())
+	}
+	imports := map[string][]string{} // every dependency, and what it imports
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) > 0 {
+			imports[f[0]] = f[1:]
 		}
 	}
-	if strings.Contains(r.stdout, ",") {
-		t.Errorf("bed -redis 1 printed more than one master:\n%s", r.stdout)
+	if _, ok := imports["github.com/spf13/cobra"]; !ok {
+		t.Fatalf("go list -deps %s listed no cobra, so not quorumctl's dependencies:\n%s", self, out)
+	}
+	// chain is the shortest chain of imports from quorumctl to a package
+	// that is root or under it, or nil.
+	chain := func(root string) []string {
+		prev := map[string]string{self: ""}
+		queue := []string{self}
+		for len(queue) > 0 {
+			p := queue[0]
+			queue = queue[1:]
+			if p == root || strings.HasPrefix(p, root+"/") {
+				var c []string
+				for ; p != ""; p = prev[p] {
+					c = append(c, p)
+				}
+				slices.Reverse(c)
+				return c
+			}
+			for _, q := range imports[p] {
+				if _, seen := prev[q]; !seen {
+					prev[q] = p
+					queue = append(queue, q)
+				}
+			}
+		}
+		return nil
+	}
+	for _, root := range []string{
+		"testing",
+		"github.com/testcontainers/testcontainers-go",
+		"github.com/quorumlock/quorumlock/integration/testbed",
+		"github.com/moby/moby/client", // the Docker client testcontainers-go brings
+	} {
+		if c := chain(root); c != nil {
+			t.Errorf("cmd/quorumctl links %s, which an operator's binary must not:\n  %s", c[len(c)-1], strings.Join(c, "\n  imports "))
+		}
 	}
 }
 

@@ -1,15 +1,19 @@
 // Package checker judges histories recorded while faults were injected, and
 // counts what went wrong.
 //
-// Three judgments cover the project's safety claims:
+// Three judgments cover the lock's safety claims:
 //   - Exclusion: no two holders of one key held it at the same time, judged
 //     on one monotonic clock (every client in one process), from the moment
 //     an acquire returned until the holder stopped using the lease.
 //   - Fencing: the writes a resource accepted carry strictly increasing
 //     fence tokens, so a late holder was never let through.
-//   - Orders: every (user, idempotency key) produced at most one order,
-//     every request got the same answer, and stock never went below zero or
-//     sold more than it had.
+//   - Register linearizability (Linearizable, with LostUpdates beside it):
+//     the claims and writes of one fenced read-modify-write register have a
+//     linearization that obeys its fence rules, so no update was lost.
+//
+// The checks of an order run (one order per idempotency key, no oversell,
+// stock balance, one answer per request) are in package
+// github.com/quorumlock/quorumlock/orders/audit.
 //
 // Each check returns a Report that lists the violations it found. The tests
 // of this package include negative controls: histories with a real violation

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -185,15 +186,50 @@ func TestParseMetricsRejectsGarbage(t *testing.T) {
 	}
 }
 
-func TestEnvLookup(t *testing.T) {
-	look := envLookup([]string{"A=1", "B=x=y", "A=2", "EMPTY="})
-	for k, want := range map[string]string{"A": "2", "B": "x=y", "EMPTY": ""} {
-		if v, ok := look(k); !ok || v != want {
-			t.Errorf("%s = %q, %v; want %q", k, v, ok, want)
+// runQuorumctl runs the binary as its own process: the header line, then
+// its standard output and error; the environment as a process started
+// with it sees it (the last entry of a name wins, a value may hold "=" or
+// be empty); nothing on its standard input; a failure names the command.
+func TestRunQuorumctl(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "quorumctl")
+	script := `#!/bin/sh
+echo "args: $*"
+echo "A=$A B=$B EMPTY=[$EMPTY] MISSING=[${MISSING-unset}]"
+echo "on stderr" >&2
+if read -r line; then echo "stdin: $line"; fi
+if [ "$1" = fail ]; then exit 3; fi
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"A=1", "B=x=y", "A=2", "EMPTY="}
+	var out strings.Builder
+	if err := runQuorumctl(context.Background(), bin, env, []string{"inspect", demoStockKey}, &out); err != nil {
+		t.Fatalf("runQuorumctl: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"\n$ quorumctl inspect stock:42\nargs: inspect stock:42\n",
+		"A=2 B=x=y EMPTY=[] MISSING=[unset]\n",
+		"on stderr\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if _, ok := look("MISSING"); ok {
-		t.Error("MISSING found")
+	if strings.Contains(out.String(), "stdin:") {
+		t.Errorf("quorumctl read something on its standard input:\n%s", out.String())
+	}
+
+	out.Reset()
+	err := runQuorumctl(context.Background(), bin, env, []string{"fail", "now"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "quorumctl fail now: exit status 3") {
+		t.Errorf("a failing quorumctl gave %v, want an error naming the command and its exit status", err)
+	}
+	if !strings.Contains(out.String(), "$ quorumctl fail now\nargs: fail now\n") {
+		t.Errorf("the output of a failing quorumctl is missing:\n%s", out.String())
+	}
+	if err := runQuorumctl(context.Background(), filepath.Join(t.TempDir(), "none"), env, []string{"status"}, &out); err == nil {
+		t.Error("a missing binary ran")
 	}
 }
 
@@ -203,17 +239,21 @@ func TestEnvLookup(t *testing.T) {
 func TestDemoOnBed(t *testing.T) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatalf("the go command is needed to build ordersd: %v", err)
+		t.Fatalf("the go command is needed to build ordersd and quorumctl: %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "ordersd")
-	if out, err := exec.Command(gocmd, "build", "-o", bin, "github.com/quorumlock/quorumlock/cmd/ordersd").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/ordersd: %v\n%s", err, out)
+	dir := t.TempDir()
+	bins := map[string]string{}
+	for _, name := range []string{"ordersd", "quorumctl"} {
+		bins[name] = filepath.Join(dir, name)
+		if out, err := exec.Command(gocmd, "build", "-o", bins[name], "github.com/quorumlock/quorumlock/cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out strings.Builder
 	start := time.Now()
-	err = run(ctx, []string{"demo", "-ordersd", bin}, func(string) (string, bool) { return "", false }, strings.NewReader(""), &out, &out)
+	err = run(ctx, []string{"demo", "-ordersd", bins["ordersd"], "-quorumctl", bins["quorumctl"]}, os.Environ(), strings.NewReader(""), &out, &out)
 	t.Logf("demo took %v", time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())

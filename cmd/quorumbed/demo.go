@@ -8,9 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,8 +66,10 @@ func (b *syncBuffer) String() string {
 // the bed: a user clicks "buy" twice and the gateway retries once, so three
 // identical requests for the last unit reach three instances. Then it runs
 // the payment scenario, and ends with the operator's view (operatorView)
-// while the instances and the bed are still up.
-func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer) error {
+// while the instances and the bed are still up. The processes it starts
+// (ordersd and quorumctl, of bins) inherit base, then the bed's ORDERS_*
+// settings, which win.
+func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []string, out io.Writer) error {
 	// A brand-new bed has never held a lock: let its nodes vote at once.
 	for _, n := range b.Redis {
 		c := n.Admin()
@@ -87,19 +87,19 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer
 	}
 	defer payLn.Close()
 	payURL := "http://" + payLn.Addr().String()
-	env := append(os.Environ(),
-		"ORDERS_REDIS_ADDRS="+strings.Join(b.RedisAddrs(), ","),
-		"ORDERS_DATABASE_URL="+b.Postgres.DSN(),
-		"ORDERS_JWT_SECRET="+demoSecret,
+	env := slices.Concat(base, []string{
+		"ORDERS_REDIS_ADDRS=" + strings.Join(b.RedisAddrs(), ","),
+		"ORDERS_DATABASE_URL=" + b.Postgres.DSN(),
+		"ORDERS_JWT_SECRET=" + demoSecret,
 		"ORDERS_LOCK_FALLBACK=db",
-		"ORDERS_PAYMENT_URL="+payURL,
-		"ORDERS_PAYMENT_CALLBACK_SECRET="+demoCallbackSecret,
+		"ORDERS_PAYMENT_URL=" + payURL,
+		"ORDERS_PAYMENT_CALLBACK_SECRET=" + demoCallbackSecret,
 		// The watchdog rounds often enough for orders_invariant_violations
 		// to judge the state the scenarios leave.
-		"ORDERS_INVARIANT_INTERVAL="+demoInvariantInterval.String(),
-	)
+		"ORDERS_INVARIANT_INTERVAL=" + demoInvariantInterval.String(),
+	})
 	runTool := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd := exec.CommandContext(ctx, bins.ordersd, args...)
 		cmd.Env = env
 		o, err := cmd.CombinedOutput()
 		if err != nil {
@@ -121,7 +121,7 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer
 		}
 	}()
 	for i := 1; i <= 3; i++ {
-		p, err := startOrdersd(ctx, bin, fmt.Sprintf("ordersd%d", i), env)
+		p, err := startOrdersd(ctx, bins.ordersd, fmt.Sprintf("ordersd%d", i), env)
 		if err != nil {
 			return err
 		}
@@ -196,7 +196,7 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bin string, out io.Writer
 	if err := payScenario(ctx, procs, pay, token, rows[0].OrderID, out); err != nil {
 		return err
 	}
-	return operatorView(ctx, procs, env, time.Now(), out)
+	return operatorView(ctx, procs, bins.quorumctl, env, time.Now(), out)
 }
 
 // payScenario pays the order from all three instances at once while the
@@ -365,23 +365,6 @@ func orderState(ctx context.Context, dsn string) ([]audit.OrderRow, int64, error
 	return out, stock, err
 }
 
-// findOrdersd locates the ordersd binary: the flag, then bin/ordersd, then PATH.
-func findOrdersd(flagValue string) (string, error) {
-	if flagValue != "" {
-		if st, err := os.Stat(flagValue); err != nil || st.IsDir() {
-			return "", fmt.Errorf("-ordersd %s: not an executable file", flagValue)
-		}
-		return filepath.Abs(flagValue)
-	}
-	if st, err := os.Stat(filepath.Join("bin", "ordersd")); err == nil && !st.IsDir() {
-		return filepath.Abs(filepath.Join("bin", "ordersd"))
-	}
-	if p, err := exec.LookPath("ordersd"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("ordersd binary not found: run `go build -o bin/ordersd ./cmd/ordersd` or pass -ordersd")
-}
-
 // demoInvariantInterval is ORDERS_INVARIANT_INTERVAL of the demo's ordersd
 // processes (the default is a minute): how often each one's watchdog checks
 // the database and sets orders_invariant_violations.
@@ -398,9 +381,9 @@ const demoStockKey = "stock:42"
 // operatorView prints what an operator sees once the scenarios are done
 // (they ended at ranUntil): the key metrics of every instance, scraped from
 // its /metrics, then the output of quorumctl status, inspect and
-// invariants, run in-process with env, the environment the demo's ordersd
-// processes run with.
-func operatorView(ctx context.Context, procs []*ordersdProc, env []string, ranUntil time.Time, out io.Writer) error {
+// invariants, each run as its own process of the quorumctl binary with env,
+// the environment the demo's ordersd processes run with.
+func operatorView(ctx context.Context, procs []*ordersdProc, quorumctl string, env []string, ranUntil time.Time, out io.Writer) error {
 	fmt.Fprintf(out, "\n=== the operator's view, after the run ===\n")
 	// Each watchdog starts a round at least every demoInvariantInterval:
 	// half an interval more, and one that began after the run has also
@@ -417,26 +400,35 @@ func operatorView(ctx context.Context, procs []*ordersdProc, env []string, ranUn
 	fmt.Fprintf(out, "\nmetrics, scraped from each instance's /metrics (all: the sum; for the gauge, the largest)\n")
 	writeMetricTable(out, names, sets, operatorGroups(sets))
 
-	lookup := envLookup(env)
 	for _, args := range [][]string{{"status"}, {"inspect", demoStockKey}, {"invariants"}} {
-		fmt.Fprintf(out, "\n$ quorumctl %s\n", strings.Join(args, " "))
-		if err := run(ctx, args, lookup, strings.NewReader(""), out, out); err != nil {
-			return fmt.Errorf("quorumctl %s: %w", strings.Join(args, " "), err)
+		if err := runQuorumctl(ctx, quorumctl, env, args, out); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// envLookup looks a variable up in env as a process started with env sees
-// it: the last entry of a name wins.
-func envLookup(env []string) func(string) (string, bool) {
-	m := make(map[string]string, len(env))
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[k] = v
-		}
+// quorumctlTimeout bounds one quorumctl command of the operator's view.
+const quorumctlTimeout = time.Minute
+
+// runQuorumctl prints "$ quorumctl ARGS", then runs the quorumctl binary
+// with args and the environment env (the last entry of a name wins, as
+// os/exec passes it on), its standard input empty and its output, standard
+// and error, written to out. A non-zero exit status is an error that names
+// the command.
+func runQuorumctl(ctx context.Context, quorumctl string, env, args []string, out io.Writer) error {
+	line := strings.Join(args, " ")
+	fmt.Fprintf(out, "\n$ quorumctl %s\n", line)
+	ctx, cancel := context.WithTimeout(ctx, quorumctlTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, quorumctl, args...)
+	cmd.Env = env
+	// One writer for both: os/exec then lets one goroutine at a time write.
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("quorumctl %s: %w", line, err)
 	}
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	return nil
 }
 
 // scrapeFresh scrapes every instance's /metrics until each exports

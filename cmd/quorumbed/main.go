@@ -1,0 +1,243 @@
+// Command quorumbed starts a test bed of five Redis masters and Postgres,
+// and runs the seed demo on it. It is a development tool: it links the test
+// bed and, through the docker provider, testcontainers-go (which imports
+// testing) and a Docker client, so it is not the tool to copy to production
+// hosts; that is quorumctl, which the demo runs for its operator's view.
+//
+//	quorumbed demo [--ordersd PATH] [--quorumctl PATH]
+//	    start five Redis masters and Postgres, show each answering, run the
+//	    seed scenario against three ordersd processes, show the operator's
+//	    view (metrics, quorumctl status, inspect and invariants), stop
+//	quorumbed bed [--redis N] [--hold]
+//	    start a bed, print its addresses as environment lines; with --hold
+//	    keep it up until interrupted
+//
+// The bed's provider is chosen by QUORUMLOCK_TESTBED (docker, local or
+// auto). The flag package's single-dash spelling (-ordersd PATH, -hold)
+// works as well.
+//
+// Exit status: 0 on success, 1 when the command failed, 2 on bad usage
+// (such as an ordersd or quorumctl binary that cannot be found).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	// go-redis logs every failed dial on its own; the commands report an
+	// unreachable node themselves.
+	redis.SetLogger(quietLogger{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "quorumbed:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// quietLogger drops go-redis's log lines.
+type quietLogger struct{}
+
+// Printf does nothing.
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// app is the state of one invocation: its streams and the environment the
+// processes it starts inherit.
+type app struct {
+	env            []string // KEY=value, as os.Environ returns them
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	started        bool // a command's RunE began: later errors are not usage errors
+}
+
+// run executes the command line args and returns its error. env is the
+// environment the demo's ordersd and quorumctl processes inherit (before
+// the bed's ORDERS_* settings, which win); the bed's provider reads
+// QUORUMLOCK_* from the environment of this process.
+func run(ctx context.Context, args, env []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	a := &app{env: env, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	root.SetArgs(normalizeArgs(root, args))
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return nil
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		code := 1
+		if !a.started {
+			code = 2
+		}
+		err = &exitError{code: code, err: err}
+	}
+	return err
+}
+
+// exitError carries the exit status of an error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError is bad usage (exit status 2).
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode is the exit status for err: 1 unless it says otherwise.
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+// rootCmd builds the command tree of one invocation.
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "quorumbed",
+		Short: "Start a test bed of five masters and Postgres, and run the seed demo on it",
+		Long: `quorumbed starts a quorumlock test bed of Redis masters and Postgres (bed),
+and runs the seed demo on one (demo): three ordersd processes, the
+double-click scenario, a payment, then the operator's view through the
+quorumctl binary.
+
+The bed's provider is chosen by QUORUMLOCK_TESTBED (docker, local or auto).
+quorumbed links the test bed and a Docker client: it is not for production
+hosts. The operator's tool is quorumctl.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(a.stderr)
+			_ = cmd.Help()
+			return usageError("no command given")
+		},
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError("%w (see '%s --help')", err, cmd.CommandPath())
+	})
+	root.AddCommand(a.demoCmd(), a.bedCmd())
+	return root
+}
+
+// runE marks the start of a command's own work, so that the errors it
+// returns count as failures, not as bad usage.
+func (a *app) runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a.started = true
+		return fn(cmd, args)
+	}
+}
+
+func (a *app) demoCmd() *cobra.Command {
+	var ordersd, quorumctl string
+	cmd := &cobra.Command{
+		Use:   "demo [--ordersd PATH] [--quorumctl PATH]",
+		Short: "Start a bed and run the seed scenario against three ordersd processes",
+		Long: `demo starts five Redis masters and Postgres, shows each answering, runs the
+seed scenario (three identical requests for the last unit on three ordersd
+instances, then a payment whose first reply is lost), shows the operator's
+view (every instance's key metrics, then quorumctl status, inspect stock:42
+and invariants, run as a separate process with ordersd's environment) and
+stops the bed.
+
+ordersd is --ordersd, else bin/ordersd, else ordersd on PATH. quorumctl is
+--quorumctl, else the quorumctl next to that ordersd, else bin/quorumctl,
+else quorumctl on PATH.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ordersdPath, err := findOrdersd(ordersd)
+			if err != nil {
+				return usageError("%w", err)
+			}
+			quorumctlPath, err := findQuorumctl(quorumctl, ordersdPath)
+			if err != nil {
+				return usageError("%w", err)
+			}
+			a.started = true
+			return demo(cmd.Context(), demoBins{ordersd: ordersdPath, quorumctl: quorumctlPath}, a.env, a.stdout)
+		},
+	}
+	cmd.Flags().StringVar(&ordersd, "ordersd", "", "path of the ordersd binary (default bin/ordersd, then PATH)")
+	cmd.Flags().StringVar(&quorumctl, "quorumctl", "", "path of the quorumctl binary (default next to ordersd, then bin/quorumctl, then PATH)")
+	return cmd
+}
+
+func (a *app) bedCmd() *cobra.Command {
+	var n int
+	var hold bool
+	cmd := &cobra.Command{
+		Use:   "bed [--redis N] [--hold]",
+		Short: "Start a bed and print its addresses as environment lines",
+		Args:  cobra.NoArgs,
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			return bed(cmd.Context(), n, hold, a.stdout)
+		}),
+	}
+	cmd.Flags().IntVar(&n, "redis", 5, "number of Redis masters")
+	cmd.Flags().BoolVar(&hold, "hold", false, "keep the bed up until interrupted")
+	return cmd
+}
+
+// normalizeArgs rewrites the single-dash long flags of the flag package
+// (-ordersd PATH, -hold) into cobra's double-dash form, so that command
+// lines written for the earlier quorumctl demo and bed keep working. Only
+// the names of long flags the command defines are rewritten; shorthands
+// and flag values are left alone. It is a copy of quorumctl's (one main
+// package cannot import another).
+func normalizeArgs(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd == nil {
+		return args
+	}
+	fs := cmd.Flags()
+	out := make([]string, 0, len(args))
+	skipValue := false
+	for i, arg := range args {
+		if skipValue {
+			skipValue = false
+			out = append(out, arg)
+			continue
+		}
+		if arg == "--" {
+			return append(out, args[i:]...)
+		}
+		name, hasValue := "", false
+		switch {
+		case strings.HasPrefix(arg, "--"):
+			name, _, hasValue = strings.Cut(arg[2:], "=")
+		case strings.HasPrefix(arg, "-") && len(arg) > 2:
+			name, _, hasValue = strings.Cut(arg[1:], "=")
+			if f := fs.Lookup(name); f != nil && len(name) > 1 {
+				arg = "-" + arg
+			} else {
+				name = "" // shorthands, possibly with a value attached
+			}
+		}
+		if f := fs.Lookup(name); name != "" && f != nil && !hasValue && f.NoOptDefVal == "" {
+			skipValue = true // the next argument is this flag's value
+		}
+		out = append(out, arg)
+	}
+	return out
+}
