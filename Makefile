@@ -14,19 +14,20 @@ export QUORUMLOCK_TESTBED ?= auto
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images lint test test-go test-local bench lockbench orderbench chaos fuzz demo build compose-up compose-down clean
+.PHONY: help deps images lint test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
 
 help:
 	@echo "make demo    start the test bed and run the main job"
 	@echo "make test    every test: lint, unit, race, integration on both providers"
-	@echo "make images  build the local Redis and Postgres images from Debian packages"
-	@echo "make deps    install redis-server, postgresql, debootstrap and promtool (prometheus) when missing"
+	@echo "make images  build the local Redis, Postgres and Prometheus images from Debian packages"
+	@echo "make deps    install redis-server, postgresql, debootstrap, promtool (prometheus) and, where docker is, docker-compose when missing"
 	@echo "make bench   the benchmarks"
 	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
 	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
 	@echo "make chaos   every fault scenario with and without the fence (10 minutes at most); writes docs/SAFETY.md"
 	@echo "make fuzz    run each fuzz target for a while"
-	@echo "make compose-up / compose-down  the docker-compose stack (5 masters, Postgres, 3 ordersd)"
+	@echo "make up      the docker-compose stack (5 masters, Postgres, 3 ordersd, fakepay, Prometheus on 127.0.0.1:19090); waits until every service is healthy"
+	@echo "make down    stop the stack and remove its volumes (compose-up / compose-down: aliases of up / down)"
 
 deps:
 	@bash scripts/deps.sh
@@ -87,13 +88,19 @@ demo: images
 	$(GO) build -o bin/quorumctl ./cmd/quorumctl
 	$(GO) run ./cmd/quorumbed demo -ordersd bin/ordersd -quorumctl bin/quorumctl
 
-compose-up: images
+# The stack of compose/docker-compose.yml (project "quorumlock", from
+# compose/.env), healthy or a report of what is not; compose/README.md.
+up: images
 	CGO_ENABLED=0 $(GO) build -o compose/bin/ordersd ./cmd/ordersd
 	CGO_ENABLED=0 $(GO) build -o compose/bin/fakepay ./cmd/fakepay
 	cd compose && docker-compose up -d --build
+	@bash compose/wait-healthy.sh
 
-compose-down:
+down:
 	cd compose && docker-compose down -v
+
+compose-up: up
+compose-down: down
 
 clean:
 	rm -rf compose/bin bin

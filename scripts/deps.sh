@@ -2,8 +2,10 @@
 # Installs what the test bed and the demo need from Debian packages, when it
 # is missing: redis-server and PostgreSQL for the local provider, debootstrap
 # for building the Docker images, prometheus for promtool (the alert rules'
-# checks and unit tests in deploy/prometheus). As a non-root user it prints
-# the command instead of running it.
+# checks and unit tests in deploy/prometheus), and docker-compose where a
+# Docker CLI is installed (make up, and the compose smoke test, which fails
+# without it under CI=true). As a non-root user it prints the command
+# instead of running it.
 set -euo pipefail
 
 missing=()
@@ -13,6 +15,9 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 fi
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+if command -v docker >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  missing+=(docker-compose)
+fi
 
 # The prometheus package may start a Prometheus server on :9090. Only
 # promtool is wanted: stop and disable the service so that nothing listens
@@ -29,7 +34,7 @@ stop_prometheus() {
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, postgresql, debootstrap and promtool are installed"
+  echo "deps: redis-server, postgresql, debootstrap and promtool are installed$(command -v docker-compose >/dev/null 2>&1 && echo ', and docker-compose')"
   exit 0
 fi
 

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Builds the local Redis and Postgres images used by the test bed and the
-# compose stack, from Debian packages only (no container registry needed).
+# Builds the local Redis, Postgres and Prometheus images used by the test bed
+# and the compose stack, from Debian packages only (no container registry
+# needed).
 #
 #   compose/images/build.sh [--force]
 #
 # One Debian bookworm rootfs is bootstrapped with debootstrap from the mirror
-# in this machine's apt configuration, redis-server and postgresql-15 are
-# installed into it, a Postgres data dir is initialised, and the tree is
-# imported twice with `docker import`, each time with its own metadata:
+# in this machine's apt configuration, redis-server, postgresql-15 and
+# prometheus are installed into it, a Postgres data dir is initialised, and
+# the tree is imported three times with `docker import`, each time with its
+# own metadata (the images share their one layer):
 #
 #   ${QUORUMLOCK_REDIS_IMAGE:-quorumlock/redis:bookworm}
 #   ${QUORUMLOCK_POSTGRES_IMAGE:-quorumlock/postgres:bookworm}
+#   ${QUORUMLOCK_PROMETHEUS_IMAGE:-quorumlock/prometheus:bookworm}
 #
-# The build is skipped when both images exist; --force rebuilds them.
+# The build is skipped when all three images exist; --force rebuilds them.
 # QUORUMLOCK_DEBIAN_MIRROR overrides the mirror read from apt.
 set -euo pipefail
 
@@ -25,7 +28,10 @@ readonly PG_PASSWORD=quorumlock
 readonly PG_DATABASE=quorumlock
 readonly REDIS_IMAGE=${QUORUMLOCK_REDIS_IMAGE:-quorumlock/redis:${SUITE}}
 readonly POSTGRES_IMAGE=${QUORUMLOCK_POSTGRES_IMAGE:-quorumlock/postgres:${SUITE}}
-readonly PACKAGES=(redis-server "postgresql-${PG_MAJOR}")
+readonly PROMETHEUS_IMAGE=${QUORUMLOCK_PROMETHEUS_IMAGE:-quorumlock/prometheus:${SUITE}}
+readonly PROM_DATA=/prometheus
+readonly IMAGES=("$REDIS_IMAGE" "$POSTGRES_IMAGE" "$PROMETHEUS_IMAGE")
+readonly PACKAGES=(redis-server "postgresql-${PG_MAJOR}" prometheus)
 
 log() { printf '[images] %s\n' "$*"; }
 die() { printf '[images] error: %s\n' "$*" >&2; exit 1; }
@@ -34,10 +40,11 @@ usage() {
 	cat <<EOF
 usage: $0 [--force]
 
-Builds ${REDIS_IMAGE} and ${POSTGRES_IMAGE} from Debian ${SUITE}
-packages with debootstrap and docker import. Needs root, docker and debootstrap.
+Builds ${REDIS_IMAGE}, ${POSTGRES_IMAGE} and
+${PROMETHEUS_IMAGE} from Debian ${SUITE} packages with debootstrap
+and docker import. Needs root, docker and debootstrap.
 
-  --force   rebuild even when both images already exist
+  --force   rebuild even when all three images already exist
 EOF
 }
 
@@ -80,11 +87,16 @@ if ! docker_err=$(docker version --format '{{.Server.Version}}' 2>&1); then
 	die "the docker engine does not answer (${docker_err##*$'\n'}); fix with: systemctl start docker"
 fi
 
-if ((!force)) &&
-	docker image inspect "$REDIS_IMAGE" >/dev/null 2>&1 &&
-	docker image inspect "$POSTGRES_IMAGE" >/dev/null 2>&1; then
-	log "skip: $REDIS_IMAGE and $POSTGRES_IMAGE already exist (use --force to rebuild)"
-	exit 0
+if ((!force)); then
+	absent=()
+	for image in "${IMAGES[@]}"; do
+		docker image inspect "$image" >/dev/null 2>&1 || absent+=("$image")
+	done
+	if ((${#absent[@]} == 0)); then
+		log "skip: ${IMAGES[*]} already exist (use --force to rebuild)"
+		exit 0
+	fi
+	log "missing: ${absent[*]}; building all three"
 fi
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -287,8 +299,10 @@ mkdir -p "$rootfs/etc/dpkg/dpkg.cfg.d" "$rootfs/etc/apt/apt.conf.d"
 echo force-unsafe-io >"$rootfs/etc/dpkg/dpkg.cfg.d/zz-quorumlock-build"
 cat >"$rootfs/etc/dpkg/dpkg.cfg.d/quorumlock-nodoc" <<'NODOC'
 # Keep the image small: no documentation, manuals, translations or locale
-# sources (C.UTF-8 is built into libc), and no LLVM JIT for Postgres (the
-# server runs with jit = off; libLLVM and its libz3 are unused).
+# sources (C.UTF-8 is built into libc), no LLVM JIT for Postgres (the
+# server runs with jit = off; libLLVM and its libz3 are unused), and of
+# Prometheus's web assets only what its UI loads (moment-timezone's raw tz
+# data, over 200 MB, is unused), and no promtool inside the image.
 path-exclude=/usr/share/doc/*
 path-include=/usr/share/doc/*/copyright
 path-exclude=/usr/share/man/*
@@ -301,6 +315,8 @@ path-exclude=/usr/lib/*/libLLVM-*
 path-exclude=/usr/lib/*/libz3.so*
 path-exclude=/usr/lib/postgresql/*/lib/llvmjit*
 path-exclude=/usr/lib/postgresql/*/lib/bitcode/*
+path-exclude=/usr/share/javascript/moment-timezone/data/*
+path-exclude=/usr/bin/promtool
 NODOC
 
 phase "debootstrap second stage"
@@ -335,14 +351,21 @@ in_root apt-get -q -y -o Dpkg::Options::=--force-confold install "${PACKAGES[@]}
 	{ tail -n 30 "$work/apt.log" >&2; die "apt-get install ${PACKAGES[*]} in the rootfs failed"; }
 in_root "$PG_BIN/postgres" --version | sed 's/^/[images]   /'
 in_root redis-server --version | sed 's/^/[images]   /'
+in_root prometheus --version 2>&1 | sed -n '1s/^/[images]   /p'
 
 # ---- 4. configure ----------------------------------------------------------------
 
-phase "configure (initdb, /data, trim)"
+phase "configure (initdb, /data, /prometheus, trim)"
 # Redis: data dir owned by the user redis runs as.
 mkdir -p "$rootfs/data"
 in_root chown redis:redis /data
 chmod 0750 "$rootfs/data"
+
+# Prometheus: a TSDB dir owned by the user it runs as (Debian's package
+# creates the prometheus user), at the path of the official image.
+mkdir -p "$rootfs$PROM_DATA"
+in_root chown prometheus:prometheus "$PROM_DATA"
+chmod 0750 "$rootfs$PROM_DATA"
 
 # Postgres: a data dir initialised by the postgres user, with a password.
 mkdir -p "$rootfs/run/postgresql" "$rootfs$PG_DATA"
@@ -412,7 +435,7 @@ import() {
 
 phase "docker import"
 # Images these tags name now (--force); removed below once nothing uses them.
-mapfile -t old_ids < <(docker image inspect --format '{{.Id}}' "$REDIS_IMAGE" "$POSTGRES_IMAGE" 2>/dev/null | sort -u)
+mapfile -t old_ids < <(docker image inspect --format '{{.Id}}' "${IMAGES[@]}" 2>/dev/null | sort -u)
 import "$REDIS_IMAGE" \
 	'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 	'ENV LANG=C.UTF-8' \
@@ -428,7 +451,17 @@ import "$POSTGRES_IMAGE" \
 	'WORKDIR /var/lib/postgresql' \
 	'EXPOSE 5432' \
 	"CMD [\"$PG_BIN/postgres\", \"-D\", \"$PG_DATA\"]"
-new_ids=" $(docker image inspect --format '{{.Id}}' "$REDIS_IMAGE" "$POSTGRES_IMAGE" | tr '\n' ' ')"
+# Shaped like prom/prometheus: the binary as the entrypoint, flags as the
+# command, the TSDB in /prometheus.
+import "$PROMETHEUS_IMAGE" \
+	'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+	'ENV LANG=C.UTF-8' \
+	'USER prometheus' \
+	"WORKDIR $PROM_DATA" \
+	'EXPOSE 9090' \
+	'ENTRYPOINT ["/usr/bin/prometheus"]' \
+	"CMD [\"--config.file=/etc/prometheus/prometheus.yml\", \"--storage.tsdb.path=$PROM_DATA\"]"
+new_ids=" $(docker image inspect --format '{{.Id}}' "${IMAGES[@]}" | tr '\n' ' ')"
 for id in "${old_ids[@]}"; do
 	[[ -z $id || $new_ids == *" $id "* ]] && continue
 	if docker image rm "$id" >/dev/null 2>&1; then
@@ -440,4 +473,4 @@ done
 phase_end
 
 total_ms=$((($(date +%s%N) - build_start) / 1000000))
-log "built $REDIS_IMAGE and $POSTGRES_IMAGE in $((total_ms / 1000)).$(printf '%03d' $((total_ms % 1000)))s"
+log "built ${IMAGES[*]} in $((total_ms / 1000)).$(printf '%03d' $((total_ms % 1000)))s"
