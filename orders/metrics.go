@@ -50,6 +50,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	// Every labelled series exists from the start at zero, so that the
+	// alerts' increase() sees the first event after a restart too.
+	for _, o := range []string{"CREATED", "IN_PROGRESS", "SUCCESS", "FINGERPRINT_MISMATCH", "TAKEOVER", "UNAVAILABLE"} {
+		m.claims.WithLabelValues(o)
+	}
+	for _, o := range []string{"created", "replayed", "out_of_stock", "fingerprint_mismatch", "unknown_product", "stale_fence", "lock_busy", "invalid", "error"} {
+		m.places.WithLabelValues(o)
+	}
+	for _, f := range []Fallback{FallbackDB, FallbackReject} {
+		m.fallbacks.WithLabelValues(string(f))
+	}
 	return m, nil
 }
 
