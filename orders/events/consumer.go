@@ -144,12 +144,14 @@ func (c *Consumer) Poll(ctx context.Context) (int, error) {
 		c.handle(ctx, m)
 		n++
 	}
-	return n + c.read(ctx, ">"), nil
+	read, _ := c.read(ctx, ">")
+	return n + read, nil
 }
 
-// read reads and handles one batch from id ("0": this consumer's own
-// pending messages; ">": new ones).
-func (c *Consumer) read(ctx context.Context, id string) int {
+// read reads and handles one batch after id (">": new messages; any other
+// id: this consumer's own pending messages after it) and returns how many
+// it handled and the id of the last.
+func (c *Consumer) read(ctx context.Context, id string) (int, string) {
 	block := c.s.block
 	if id != ">" {
 		block = -1 // no BLOCK argument: the history answers at once
@@ -162,16 +164,29 @@ func (c *Consumer) read(ctx context.Context, id string) int {
 		if !errors.Is(err, redis.Nil) && ctx.Err() == nil {
 			c.s.log.Warn("events: read", "group", c.group, "consumer", c.name, "err", err)
 		}
-		return 0
+		return 0, id
 	}
-	n := 0
+	n, last := 0, id
 	for _, st := range streams {
 		for _, m := range st.Messages {
 			c.handle(ctx, m)
-			n++
+			n, last = n+1, m.ID
 		}
 	}
-	return n
+	return n, last
+}
+
+// history handles this consumer's own pending messages, left by an earlier
+// run under the same name, once each: the read moves past every message it
+// handled, acknowledged or not.
+func (c *Consumer) history(ctx context.Context) {
+	for id := "0-0"; ctx.Err() == nil; {
+		n, last := c.read(ctx, id)
+		if n == 0 {
+			return
+		}
+		id = last
+	}
 }
 
 // Run creates the group if needed, handles this consumer's own pending
@@ -182,8 +197,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.Setup(ctx); err != nil {
 		return err
 	}
-	for c.read(ctx, "0") > 0 && ctx.Err() == nil {
-	}
+	c.history(ctx)
 	var stats time.Time
 	for ctx.Err() == nil {
 		if time.Since(stats) >= c.s.statsEvery {

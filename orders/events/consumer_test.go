@@ -309,3 +309,48 @@ func TestApproximateAbsorbsDuplicates(t *testing.T) {
 		})
 	}
 }
+
+// A consumer restarted under the same name handles the messages its last
+// run left pending (before any claim idle time passed), each once: a
+// handler that keeps failing is tried once per run, not in a loop.
+func TestRunHandlesItsOwnPendingOnce(t *testing.T) {
+	e := newEnv(t)
+	e.orders(t, 2)
+	drain(t, e.relay(t, e.pool))
+	fail := func(context.Context, pgx.Tx, events.Event) error { return errors.New("injected: down") }
+	first := e.exact(t, "shipper", "c1", fail)
+	pollUntil(t, "both messages delivered to c1", func() bool { return e.pending(t, "shipper") == 2 }, first)
+
+	// A poison handler: Run tries each pending message once, then waits
+	// for new ones; it does not spin on its history.
+	var calls atomic.Int32
+	poison := e.exact(t, "shipper", "c1", func(context.Context, pgx.Tx, events.Event) error {
+		calls.Add(1)
+		return errors.New("injected: still down")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	if err := poison.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the poison handler ran %d times in one run, want 2 (once per pending message)", n)
+	}
+
+	// Fixed: the next run ships both, from its history.
+	good := e.exact(t, "shipper", "c1", ship("c1"))
+	ctx, cancel = context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- good.Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for e.count(t, `SELECT count(*) FROM shipments`) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(t, `SELECT count(*) FROM shipments`); n != 2 || e.pending(t, "shipper") != 0 {
+		t.Fatalf("%d shipments, %d pending; want 2 and 0", n, e.pending(t, "shipper"))
+	}
+}
