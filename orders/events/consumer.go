@@ -133,12 +133,18 @@ func (c *Consumer) Setup(ctx context.Context) error {
 // handled. Call Setup first.
 func (c *Consumer) Poll(ctx context.Context) (int, error) {
 	n := 0
-	claimed, _, err := c.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+	claimed, _, deleted, err := c.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream: c.s.stream, Group: c.group, Consumer: c.name,
 		MinIdle: c.s.claimIdle, Start: "0-0", Count: int64(c.s.batch),
 	}).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("events: %s/%s: xautoclaim: %w", c.group, c.name, err)
+	}
+	// Pending messages whose entries MAXLEN trimmed away: Redis drops them
+	// from the group, and their events are lost to it. Say so loudly; the
+	// outbox table still has them.
+	for _, id := range deleted {
+		c.trimmed(id)
 	}
 	for _, m := range claimed {
 		c.handle(ctx, m)
@@ -254,6 +260,12 @@ func (c *Consumer) refreshStats(ctx context.Context) {
 
 // handle handles one message and acknowledges it when it is done with.
 func (c *Consumer) handle(ctx context.Context, m redis.XMessage) {
+	if len(m.Values) == 0 {
+		// A pending entry read from the history after MAXLEN trimmed it.
+		c.trimmed(m.ID)
+		c.ack(ctx, m.ID)
+		return
+	}
 	e, err := parse(m)
 	if err != nil {
 		// Redelivery cannot fix it: drop it, loudly.
@@ -272,6 +284,14 @@ func (c *Consumer) handle(ctx context.Context, m redis.XMessage) {
 	if result == "processed" || result == "duplicate" {
 		c.ack(ctx, m.ID)
 	}
+}
+
+// trimmed reports a pending message whose stream entry was trimmed before
+// the group acknowledged it.
+func (c *Consumer) trimmed(id string) {
+	c.s.log.Error("events: a pending message was trimmed from the stream before it was handled; its event is lost to this group (the outbox table still has it)",
+		"group", c.group, "stream_id", id)
+	c.s.metrics.consume(c.group, "trimmed")
 }
 
 func (c *Consumer) ack(ctx context.Context, id string) {

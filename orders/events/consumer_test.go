@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/orders/events"
@@ -353,4 +354,57 @@ func TestRunHandlesItsOwnPendingOnce(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM shipments`); n != 2 || e.pending(t, "shipper") != 0 {
 		t.Fatalf("%d shipments, %d pending; want 2 and 0", n, e.pending(t, "shipper"))
 	}
+}
+
+// Pending messages whose entries MAXLEN trimmed away are lost to the
+// group: the consumer that meets them says so in the log and the metrics,
+// instead of dropping them silently.
+func TestTrimmedPendingMessagesAreReported(t *testing.T) {
+	e := newEnv(t)
+	e.orders(t, 3)
+	drain(t, e.relay(t, e.pool))
+	fail := func(context.Context, pgx.Tx, events.Event) error { return errors.New("injected: down") }
+	a := e.exact(t, "shipper", "a", fail)
+	pollUntil(t, "three messages pending with a", func() bool { return e.pending(t, "shipper") == 3 }, a)
+	if err := e.rdb.XTrimMaxLen(ctxT(t, time.Minute), e.stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := events.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.exact(t, "shipper", "b", ship("b"), events.WithClaimIdle(100*time.Millisecond), events.WithMetrics(m))
+	trimmed := func() float64 {
+		return counter(t, reg, "events_consumed_total", map[string]string{"group": "shipper", "result": "trimmed"})
+	}
+	pollUntil(t, "the trimmed messages reported", func() bool { return trimmed() == 3 }, b)
+	if p := e.pending(t, "shipper"); p != 0 {
+		t.Fatalf("%d pending after the trim", p)
+	}
+}
+
+// counter returns the value of the counter name with labels (0 when
+// there is no such series).
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, mt := range mf.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return mt.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -40,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "events_consumed_total",
-			Help: "Messages a consumer handled, by group and result (processed, duplicate, busy: another consumer holds the claim, failed: left pending for a retry, malformed: acknowledged and dropped).",
+			Help: "Messages a consumer handled, by group and result (processed, duplicate, busy: another consumer holds the claim, failed: left pending for a retry, malformed: acknowledged and dropped, trimmed: pending when MAXLEN trimmed its entry, so lost to the group).",
 		}, []string{"group", "result"}),
 		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "events_dedup_total",
@@ -88,7 +88,7 @@ func (m *Metrics) group(g string, layers ...string) {
 	if m == nil {
 		return
 	}
-	for _, r := range []string{"processed", "duplicate", "busy", "failed", "malformed"} {
+	for _, r := range []string{"processed", "duplicate", "busy", "failed", "malformed", "trimmed"} {
 		m.consumed.WithLabelValues(g, r)
 	}
 	for _, l := range layers {
