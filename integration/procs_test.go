@@ -1,0 +1,185 @@
+package integration_test
+
+// Process helpers of the order-event drills (events_test.go): building a
+// command with its failpoints, running cmd/shipper on the bed, reading its
+// /metrics. They reuse the drills' daemon and lineLog (drills_test.go):
+// a process's stderr kept line by line, waits for a line, for a SIGKILL,
+// and the kill at cleanup.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/failpoint"
+)
+
+// buildFailpoints builds the command pkg (an import path) with -tags
+// failpoints into dir and returns the binary's path.
+func buildFailpoints(dir, pkg string) (string, error) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("the go command is needed to build %s: %w", pkg, err)
+	}
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, gocmd, "build", "-tags", "failpoints", "-o", bin, pkg).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build -tags failpoints %s: %w\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
+
+// startShipper runs the shipper binary bin with env (over nothing: the
+// caller gives every setting it needs, and the test process's own ORDERS_*,
+// SHIPPER_* and failpoint variables are not passed on), and waits until it
+// listens. SHIPPER_LISTEN should be 127.0.0.1:0 and ORDERS_LOG_FORMAT json:
+// the address is read from the JSON line "shipper listening".
+func startShipper(t *testing.T, bin, name string, env map[string]string) *daemon {
+	t.Helper()
+	cmd := exec.Command(bin)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ORDERS_") && !strings.HasPrefix(kv, "SHIPPER_") && !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// As the drills do: a process group of its own, and no orphan left if
+	// the test binary dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start shipper %s: %v", name, err)
+	}
+	p := &daemon{name: name, cmd: cmd, log: newLineLog(), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.log.add(sc.Text())
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+		p.log.end()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("shipper %s (%s) stderr:\n%s", name, env[failpoint.EnvVar], p.log.tail(40))
+		}
+	})
+	line := p.waitLine(t, 60*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"shipper listening"`) })
+	var listening struct {
+		Addr string `json:"addr"`
+	}
+	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.Addr == "" {
+		t.Fatalf("shipper %s: listening line %q: %v", name, line, err)
+	}
+	p.base = "http://" + listening.Addr
+	return p
+}
+
+// terminate sends SIGTERM and checks that the process exits 0 within d,
+// having logged msg.
+func (p *daemon) terminate(t *testing.T, d time.Duration, msg string) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM %s: %v", p.name, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("%s still runs %v after SIGTERM; stderr:\n%s", p.name, d, p.log.tail(20))
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("%s exited %v after SIGTERM, want 0; stderr:\n%s", p.name, p.cmd.ProcessState, p.log.tail(20))
+	}
+	if _, found, _, _ := p.log.find(func(l string) bool { return strings.Contains(l, `"msg":"`+msg+`"`) }); !found {
+		t.Fatalf("%s did not log %q; stderr:\n%s", p.name, msg, p.log.tail(20))
+	}
+}
+
+// sample is one line of a Prometheus text exposition.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
+
+// scrape reads the samples of p's /metrics.
+func scrape(t *testing.T, p *daemon) []sample {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(p.base + "/metrics")
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", p.name, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s /metrics: %d %v", p.name, resp.StatusCode, err)
+	}
+	var out []sample
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			t.Fatalf("%s /metrics: line %q", p.name, line)
+		}
+		s := sample{name: line[:sp], labels: map[string]string{}, value: v}
+		if i := strings.IndexByte(line[:sp], '{'); i >= 0 {
+			s.name = line[:i]
+			for _, m := range labelRE.FindAllStringSubmatch(line[i:sp], -1) {
+				s.labels[m[1]] = m[2]
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// metric sums the samples of name whose labels include every pair of kv
+// (label, value, label, value...).
+func metric(ss []sample, name string, kv ...string) float64 {
+	total := 0.0
+next:
+	for _, s := range ss {
+		if s.name != name {
+			continue
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if s.labels[kv[i]] != kv[i+1] {
+				continue next
+			}
+		}
+		total += s.value
+	}
+	return total
+}
