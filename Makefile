@@ -86,13 +86,15 @@ build:
 demo: images
 	$(GO) build -o bin/ordersd ./cmd/ordersd
 	$(GO) build -o bin/quorumctl ./cmd/quorumctl
-	$(GO) run ./cmd/quorumbed demo -ordersd bin/ordersd -quorumctl bin/quorumctl
+	$(GO) build -o bin/shipper ./cmd/shipper
+	$(GO) run ./cmd/quorumbed demo -ordersd bin/ordersd -quorumctl bin/quorumctl -shipper bin/shipper
 
 # The stack of compose/docker-compose.yml (project "quorumlock", from
 # compose/.env), healthy or a report of what is not; compose/README.md.
 up: images
 	CGO_ENABLED=0 $(GO) build -o compose/bin/ordersd ./cmd/ordersd
 	CGO_ENABLED=0 $(GO) build -o compose/bin/fakepay ./cmd/fakepay
+	CGO_ENABLED=0 $(GO) build -o compose/bin/shipper ./cmd/shipper
 	cd compose && docker-compose up -d --build
 	@bash compose/wait-healthy.sh
 

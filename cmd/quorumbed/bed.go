@@ -39,6 +39,7 @@ func bed(ctx context.Context, n int, hold bool, out io.Writer) error {
 type demoBins struct {
 	ordersd   string // three instances, and its migrate, seed and token tools
 	quorumctl string // the operator's view
+	shipper   string // the consumer of the order events
 }
 
 // demo starts the bed, shows every server answering, and runs the seed
@@ -112,22 +113,33 @@ func findOrdersd(flagValue string) (string, error) {
 // findOrdersd returned, so a pair built together is run together), then
 // bin/quorumctl, then PATH.
 func findQuorumctl(flagValue, ordersd string) (string, error) {
+	return findBeside("quorumctl", flagValue, ordersd)
+}
+
+// findShipper locates the shipper binary as findQuorumctl does.
+func findShipper(flagValue, ordersd string) (string, error) {
+	return findBeside("shipper", flagValue, ordersd)
+}
+
+// findBeside locates the binary name: the flag's value, then name next to
+// ordersd, then bin/name, then PATH.
+func findBeside(name, flagValue, ordersd string) (string, error) {
 	if flagValue != "" {
 		if !isFile(flagValue) {
-			return "", fmt.Errorf("-quorumctl %s: not an executable file", flagValue)
+			return "", fmt.Errorf("-%s %s: not an executable file", name, flagValue)
 		}
 		return filepath.Abs(flagValue)
 	}
 	if ordersd != "" {
-		if p := filepath.Join(filepath.Dir(ordersd), "quorumctl"); isFile(p) {
+		if p := filepath.Join(filepath.Dir(ordersd), name); isFile(p) {
 			return filepath.Abs(p)
 		}
 	}
-	if p := filepath.Join("bin", "quorumctl"); isFile(p) {
+	if p := filepath.Join("bin", name); isFile(p) {
 		return filepath.Abs(p)
 	}
-	if p, err := exec.LookPath("quorumctl"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", errors.New("quorumctl binary not found: run `go build -o bin/quorumctl ./cmd/quorumctl` or pass -quorumctl")
+	return "", fmt.Errorf("%s binary not found: run `go build -o bin/%s ./cmd/%s` or pass -%s", name, name, name, name)
 }

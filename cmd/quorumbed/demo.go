@@ -196,6 +196,9 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 	if err := payScenario(ctx, procs, pay, token, rows[0].OrderID, out); err != nil {
 		return err
 	}
+	if err := shipScenario(ctx, b, bins.shipper, env, rows[0].OrderID, out); err != nil {
+		return err
+	}
 	return operatorView(ctx, procs, bins.quorumctl, env, time.Now(), out)
 }
 

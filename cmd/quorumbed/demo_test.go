@@ -243,7 +243,7 @@ func TestDemoOnBed(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bins := map[string]string{}
-	for _, name := range []string{"ordersd", "quorumctl"} {
+	for _, name := range []string{"ordersd", "quorumctl", "shipper"} {
 		bins[name] = filepath.Join(dir, name)
 		if out, err := exec.Command(gocmd, "build", "-o", bins[name], "github.com/quorumlock/quorumlock/cmd/"+name).CombinedOutput(); err != nil {
 			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
@@ -253,10 +253,15 @@ func TestDemoOnBed(t *testing.T) {
 	defer cancel()
 	var out strings.Builder
 	start := time.Now()
-	err = run(ctx, []string{"demo", "-ordersd", bins["ordersd"], "-quorumctl", bins["quorumctl"]}, os.Environ(), strings.NewReader(""), &out, &out)
+	err = run(ctx, []string{"demo", "-ordersd", bins["ordersd"], "-quorumctl", bins["quorumctl"], "-shipper", bins["shipper"]}, os.Environ(), strings.NewReader(""), &out, &out)
 	t.Logf("demo took %v", time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	// The paid order's event, delivered twice, made one shipment.
+	ship := regexp.MustCompile(`(?s)shipments for the order: (\d+)\n.*the same event added again as entry.*events_consumed_total\{result="duplicate"\} (\d+).*\n  shipments for the order: (\d+)\n`).FindStringSubmatch(out.String())
+	if ship == nil || ship[1] != "1" || ship[2] == "0" || ship[3] != "1" {
+		t.Errorf("the shipping part does not show one shipment before and after a duplicate delivery: %q\n%s", ship, out.String())
 	}
 	const head = "=== the operator's view, after the run ==="
 	_, view, ok := strings.Cut(out.String(), head)

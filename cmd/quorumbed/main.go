@@ -150,20 +150,21 @@ func (a *app) runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra
 }
 
 func (a *app) demoCmd() *cobra.Command {
-	var ordersd, quorumctl string
+	var ordersd, quorumctl, shipper string
 	cmd := &cobra.Command{
-		Use:   "demo [--ordersd PATH] [--quorumctl PATH]",
+		Use:   "demo [--ordersd PATH] [--quorumctl PATH] [--shipper PATH]",
 		Short: "Start a bed and run the seed scenario against three ordersd processes",
 		Long: `demo starts five Redis masters and Postgres, shows each answering, runs the
 seed scenario (three identical requests for the last unit on three ordersd
-instances, then a payment whose first reply is lost), shows the operator's
+instances, then a payment whose first reply is lost, then the paid order's
+event delivered twice to a shipper, which ships it once), shows the operator's
 view (every instance's key metrics, then quorumctl status, inspect stock:42
 and invariants, run as a separate process with ordersd's environment) and
 stops the bed.
 
 ordersd is --ordersd, else bin/ordersd, else ordersd on PATH. quorumctl is
 --quorumctl, else the quorumctl next to that ordersd, else bin/quorumctl,
-else quorumctl on PATH.`,
+else quorumctl on PATH; shipper likewise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ordersdPath, err := findOrdersd(ordersd)
@@ -174,12 +175,17 @@ else quorumctl on PATH.`,
 			if err != nil {
 				return usageError("%w", err)
 			}
+			shipperPath, err := findShipper(shipper, ordersdPath)
+			if err != nil {
+				return usageError("%w", err)
+			}
 			a.started = true
-			return demo(cmd.Context(), demoBins{ordersd: ordersdPath, quorumctl: quorumctlPath}, a.env, a.stdout)
+			return demo(cmd.Context(), demoBins{ordersd: ordersdPath, quorumctl: quorumctlPath, shipper: shipperPath}, a.env, a.stdout)
 		},
 	}
 	cmd.Flags().StringVar(&ordersd, "ordersd", "", "path of the ordersd binary (default bin/ordersd, then PATH)")
 	cmd.Flags().StringVar(&quorumctl, "quorumctl", "", "path of the quorumctl binary (default next to ordersd, then bin/quorumctl, then PATH)")
+	cmd.Flags().StringVar(&shipper, "shipper", "", "path of the shipper binary (default next to ordersd, then bin/shipper, then PATH)")
 	return cmd
 }
 
