@@ -218,9 +218,9 @@ func (s *stack) buildContext(ctx context.Context) string {
 	if err != nil {
 		s.fatalf("go is not on PATH: %v", err)
 	}
-	out, err := s.runEnv(ctx, buildTimeout, repoRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-o", bin, "./cmd/ordersd", "./cmd/fakepay")
+	out, err := s.runEnv(ctx, buildTimeout, repoRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-o", bin, "./cmd/ordersd", "./cmd/fakepay", "./cmd/shipper")
 	if err != nil {
-		s.fatalf("CGO_ENABLED=0 go build ./cmd/ordersd ./cmd/fakepay: %v\n%s", err, out)
+		s.fatalf("CGO_ENABLED=0 go build ./cmd/ordersd ./cmd/fakepay ./cmd/shipper: %v\n%s", err, out)
 	}
 	for _, name := range []string{"ordersd.Dockerfile", ".dockerignore"} {
 		b, err := os.ReadFile(filepath.Join(composeDir, name))
@@ -553,7 +553,7 @@ func TestStack(t *testing.T) {
 	})
 
 	// The three instances, scraped and up.
-	s.poll(ctx, pollTimeout, "Prometheus scrapes ordersd1..3, health up", func(ctx context.Context) (bool, string, error) {
+	s.poll(ctx, pollTimeout, "Prometheus scrapes ordersd1..3 and the shipper, health up", func(ctx context.Context) (bool, string, error) {
 		var data struct {
 			ActiveTargets []struct {
 				Labels    map[string]string `json:"labels"`
@@ -567,7 +567,7 @@ func TestStack(t *testing.T) {
 		}
 		up := map[string]string{}
 		for _, tg := range data.ActiveTargets {
-			if tg.Labels["job"] == "ordersd" {
+			if tg.Labels["job"] == "ordersd" || tg.Labels["job"] == "shipper" {
 				up[tg.Labels["instance"]] = tg.Health + " " + tg.LastError
 			}
 		}
@@ -575,6 +575,9 @@ func TestStack(t *testing.T) {
 			if strings.TrimSpace(up[in.service+":8080"]) != "up" {
 				return false, fmt.Sprintf("ordersd targets %v", up), nil
 			}
+		}
+		if strings.TrimSpace(up["shipper:8091"]) != "up" {
+			return false, fmt.Sprintf("shipper target %v", up), nil
 		}
 		return true, "", nil
 	})
