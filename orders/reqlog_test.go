@@ -2,7 +2,6 @@ package orders_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -17,27 +16,13 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/internal/syncbuf"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // syncBuffer is a log sink that is safe to read while handlers write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
 // lines returns the JSON log lines whose msg is msg.
 func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {

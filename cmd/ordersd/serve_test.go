@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/internal/syncbuf"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
@@ -83,7 +83,7 @@ func TestServe(t *testing.T) {
 	if err := run(ctx, []string{"seed", "-product", "42", "-stock", "2", "-price", "1999"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	base, stop := startServeLog(t, &logs)
 	daemon.Store(base)
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -252,24 +252,6 @@ func checkServeLog(t *testing.T, log, dsn string, secrets ...string) {
 			t.Errorf("the log shows a secret")
 		}
 	}
-}
-
-// lockedBuffer is a log sink safe to read while the daemon writes to it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // /readyz names what is wrong, never a driver's error: those carry hosts,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/syncbuf"
 	"github.com/quorumlock/quorumlock/orders/audit"
 	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 	"github.com/quorumlock/quorumlock/orders/watchdog"
@@ -38,28 +38,8 @@ type ordersdProc struct {
 	name string
 	url  string
 	cmd  *exec.Cmd
-	log  *syncBuffer // its stdout and stderr
+	log  *syncbuf.Buffer // its stdout and stderr
 	done chan struct{}
-}
-
-// syncBuffer is a bytes.Buffer that a process writes while the demo reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write appends p.
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns everything written so far.
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // seedScenario runs the seed scenario against three ordersd processes on
@@ -273,7 +253,7 @@ func startOrdersd(ctx context.Context, bin, name string, env []string) (*ordersd
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	p := &ordersdProc{name: name, url: "http://" + addr, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &ordersdProc{name: name, url: "http://" + addr, log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "serve", "-listen", addr, "-migrate=false")
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

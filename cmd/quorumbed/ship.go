@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/syncbuf"
 	"github.com/quorumlock/quorumlock/orders/events"
 )
 
@@ -21,7 +22,7 @@ import (
 type shipperProc struct {
 	url  string
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -34,7 +35,7 @@ func startShipper(ctx context.Context, bin string, env []string) (*shipperProc, 
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	p := &shipperProc{url: "http://" + addr, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &shipperProc{url: "http://" + addr, log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = slices.Concat(env, []string{"SHIPPER_LISTEN=" + addr, "SHIPPER_NAME=shipper1"})
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

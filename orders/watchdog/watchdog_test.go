@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/internal/syncbuf"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/orders/store/storetest"
@@ -42,24 +42,13 @@ func ctxT(t *testing.T) context.Context {
 
 // logBuffer collects a JSON log; safe for the watchdog's goroutine and the
 // test's at once.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 // records returns the log's records as decoded JSON objects.
 func (b *logBuffer) records(t *testing.T) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(b.Bytes()))
 	for sc.Scan() {
 		var r map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
