@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/cliflags"
 )
 
 func TestMain(m *testing.M) {
@@ -111,8 +113,8 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"bed", "--", "-hold"}, []string{"bed", "--", "-hold"}},
 		{[]string{"bed", "-nosuchflag"}, []string{"bed", "-nosuchflag"}},
 	} {
-		if got := normalizeArgs(root, tc.in); !slices.Equal(got, tc.want) {
-			t.Errorf("normalizeArgs(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := cliflags.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("Normalize(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -42,6 +42,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/quorumlock/quorumlock/internal/cliflags"
 )
 
 func main() {
@@ -78,7 +80,7 @@ type app struct {
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) error {
 	a := &app{env: env, stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCmd()
-	root.SetArgs(normalizeArgs(root, args))
+	root.SetArgs(cliflags.Normalize(root, args))
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return nil
@@ -208,46 +210,4 @@ func keyArg(cmd *cobra.Command, args []string) error {
 		return usageError("KEY is empty")
 	}
 	return nil
-}
-
-// normalizeArgs rewrites the single-dash long flags of the flag package
-// (-addrs A,B, -ttl 5s, -hold 0) into cobra's double-dash form, so that
-// command lines written for the earlier quorumctl keep working. Only the
-// names of long flags the command defines are rewritten; shorthands such as
-// -o json, and flag values, are left alone.
-func normalizeArgs(root *cobra.Command, args []string) []string {
-	cmd, _, err := root.Find(args)
-	if err != nil || cmd == nil {
-		return args
-	}
-	fs := cmd.Flags()
-	out := make([]string, 0, len(args))
-	skipValue := false
-	for i, arg := range args {
-		if skipValue {
-			skipValue = false
-			out = append(out, arg)
-			continue
-		}
-		if arg == "--" {
-			return append(out, args[i:]...)
-		}
-		name, hasValue := "", false
-		switch {
-		case strings.HasPrefix(arg, "--"):
-			name, _, hasValue = strings.Cut(arg[2:], "=")
-		case strings.HasPrefix(arg, "-") && len(arg) > 2:
-			name, _, hasValue = strings.Cut(arg[1:], "=")
-			if f := fs.Lookup(name); f != nil && len(name) > 1 {
-				arg = "-" + arg
-			} else {
-				name = "" // shorthands, possibly with a value attached
-			}
-		}
-		if f := fs.Lookup(name); name != "" && f != nil && !hasValue && f.NoOptDefVal == "" {
-			skipValue = true // the next argument is this flag's value
-		}
-		out = append(out, arg)
-	}
-	return out
 }

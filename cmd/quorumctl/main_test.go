@@ -20,6 +20,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/internal/cliflags"
 	"github.com/quorumlock/quorumlock/orders/store/storetest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -164,8 +165,8 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"unlock", "k", "--", "-token"}, []string{"unlock", "k", "--", "-token"}},
 		{[]string{"status", "-nosuchflag"}, []string{"status", "-nosuchflag"}},
 	} {
-		if got := normalizeArgs(root, tc.in); !slices.Equal(got, tc.want) {
-			t.Errorf("normalizeArgs(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := cliflags.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("Normalize(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
