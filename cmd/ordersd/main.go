@@ -337,20 +337,13 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	expired := make(chan struct{})
 	go func() {
 		defer close(expired)
-		expireUnpaid(bg, st, cfg.hold, cfg.outcomeRetention, cfg.expireEvery, log)
+		expireUnpaid(bg, st, relay, cfg.hold, cfg.outcomeRetention, cfg.outboxRetention, cfg.expireEvery, log)
 	}()
 	relayed := make(chan struct{})
 	go func() {
 		defer close(relayed)
 		if relay != nil {
 			_ = relay.Run(bg)
-		}
-	}()
-	purged := make(chan struct{})
-	go func() {
-		defer close(purged)
-		if relay != nil {
-			purgeOutbox(bg, relay, cfg.outboxRetention, cfg.expireEvery, log)
 		}
 	}()
 	watched := make(chan struct{})
@@ -383,40 +376,10 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	<-expired
 	<-watched
 	<-relayed
-	<-purged
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
 	return serveErr
-}
-
-// purgeOutbox deletes published events older than retention from the
-// outbox every interval, in bounded batches, until ctx ends.
-func purgeOutbox(ctx context.Context, r *events.Relay, retention, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for range 100 { // at most 100 batches a round
-			n, err := r.PurgeSent(ctx, retention, 1000)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("purge published events", "err", err)
-				}
-				break
-			}
-			if n > 0 {
-				log.Info("published events purged from the outbox", "count", n)
-			}
-			if n < 1000 {
-				break
-			}
-		}
-	}
 }
 
 // readiness checks Postgres and whether a majority of the Redis masters
@@ -441,9 +404,11 @@ func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.Universa
 
 // expireUnpaid cancels CREATED orders older than hold every interval, and
 // returns their stock (store.ExpireOrders), then deletes saved non-order
-// outcomes older than retention (store.PurgeOutcomes), until ctx ends. Each
-// round takes batches until one comes back short, at most 100 batches.
-func expireUnpaid(ctx context.Context, st *store.Store, hold, retention, every time.Duration, log *slog.Logger) {
+// outcomes older than retention (store.PurgeOutcomes) and, when relay is
+// not nil, events published longer than outboxRetention ago
+// (Relay.PurgeSent), until ctx ends. Each round takes batches until one
+// comes back short, at most 100 batches of each.
+func expireUnpaid(ctx context.Context, st *store.Store, relay *events.Relay, hold, retention, outboxRetention, every time.Duration, log *slog.Logger) {
 	const batch = 100
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -468,20 +433,34 @@ func expireUnpaid(ctx context.Context, st *store.Store, hold, retention, every t
 				break
 			}
 		}
-		for range 100 {
-			n, err := st.PurgeOutcomes(ctx, retention, 1000)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("purge old request outcomes", "err", err)
-				}
-				break
+		purge(ctx, log, "old request outcomes", func(ctx context.Context, limit int) (int64, error) {
+			return st.PurgeOutcomes(ctx, retention, limit)
+		})
+		if relay != nil {
+			purge(ctx, log, "published events", func(ctx context.Context, limit int) (int64, error) {
+				return relay.PurgeSent(ctx, outboxRetention, limit)
+			})
+		}
+	}
+}
+
+// purge deletes what with del in batches of 1000 until one comes back
+// short, at most 100 batches, and logs what it did.
+func purge(ctx context.Context, log *slog.Logger, what string, del func(ctx context.Context, limit int) (int64, error)) {
+	const batch = 1000
+	for range 100 {
+		n, err := del(ctx, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("purge "+what, "err", err)
 			}
-			if n > 0 {
-				log.Info("old request outcomes purged", "count", n)
-			}
-			if n < 1000 {
-				break
-			}
+			return
+		}
+		if n > 0 {
+			log.Info(what+" purged", "count", n)
+		}
+		if n < batch {
+			return
 		}
 	}
 }

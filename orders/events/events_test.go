@@ -254,3 +254,34 @@ func TestRelayResendsAfterAFailedMark(t *testing.T) {
 		}
 	}
 }
+
+// PurgeSent removes published rows older than the retention, in bounded
+// batches, and never an unsent one.
+func TestRelayPurgeSent(t *testing.T) {
+	e := newEnv(t)
+	ids := e.orders(t, 10)
+	r := e.relay(t, e.pool)
+	drain(t, r)
+	ctx := ctxT(t, time.Minute)
+	if _, err := e.pool.Exec(ctx, `UPDATE order_events SET sent_at = now() - interval '2 hours' WHERE order_id = ANY($1)`, ids[:6]); err != nil {
+		t.Fatal(err)
+	}
+	// An unsent row, however old, stays.
+	if _, err := e.pool.Exec(ctx, `UPDATE order_events SET sent_at = NULL, created_at = now() - interval '3 hours' WHERE order_id = $1`, ids[9]); err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.PurgeSent(ctx, time.Hour, 4)
+	if err != nil || n != 4 {
+		t.Fatalf("first batch: %d, %v; want 4", n, err)
+	}
+	if n, err = r.PurgeSent(ctx, time.Hour, 4); err != nil || n != 2 {
+		t.Fatalf("second batch: %d, %v; want 2", n, err)
+	}
+	if left := e.count(t, `SELECT count(*) FROM order_events`); left != 4 {
+		t.Fatalf("%d rows left, want 4 (three recent, one unsent)", left)
+	}
+	unsent, lag, err := r.Lag(ctx)
+	if err != nil || unsent != 1 || lag < 3*time.Hour-time.Minute {
+		t.Fatalf("lag: %d unsent, %v, %v; want 1, about 3h", unsent, lag, err)
+	}
+}
