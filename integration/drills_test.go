@@ -230,24 +230,37 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 	for k, v := range settings {
 		env[k] = v
 	}
-	cmd := exec.Command(d.bin, "serve")
+	return spawn(t, "ordersd", name, exec.Command(d.bin, "serve"), env, "ORDERS_")
+}
+
+// spawn starts cmd as the daemon kind/name with env over the test's own
+// environment, minus the variables with the prefixes drop and the
+// failpoints, and returns once its JSON log says "<kind> listening",
+// with the address from that line. The process gets a process group of its
+// own (a stopped process in a group that other exiting processes leave
+// orphaned would be continued by the kernel) and dies with the test binary.
+// It is killed at cleanup, and its log shown when the test failed.
+func spawn(t *testing.T, kind, name string, cmd *exec.Cmd, env map[string]string, drop ...string) *daemon {
+	t.Helper()
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ORDERS_") && !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
+		keep := !strings.HasPrefix(kv, failpoint.EnvVar+"=")
+		for _, pre := range drop {
+			keep = keep && !strings.HasPrefix(kv, pre)
+		}
+		if keep {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	// A process group of its own: a stopped process in a group that other
-	// exiting processes leave orphaned would be continued by the kernel.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start ordersd %s: %v", name, err)
+		t.Fatalf("start %s %s: %v", kind, name, err)
 	}
 	p := &daemon{name: name, cmd: cmd, log: newLineLog(), done: make(chan struct{})}
 	go func() {
@@ -264,15 +277,15 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("ordersd %s (%s) stderr:\n%s", name, settings[failpoint.EnvVar], p.log.tail(40))
+			t.Logf("%s %s (%s) stderr:\n%s", kind, name, env[failpoint.EnvVar], p.log.tail(40))
 		}
 	})
-	line := p.waitLine(t, 60*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ordersd listening"`) })
+	line := p.waitLine(t, 60*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"`+kind+` listening"`) })
 	var listening struct {
 		Addr string `json:"addr"`
 	}
 	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.Addr == "" {
-		t.Fatalf("ordersd %s: listening line %q: %v", name, line, err)
+		t.Fatalf("%s %s: listening line %q: %v", kind, name, line, err)
 	}
 	p.base = "http://" + listening.Addr
 	return p

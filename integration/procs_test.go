@@ -7,13 +7,10 @@ package integration_test
 // and the kill at cleanup.
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -22,8 +19,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/quorumlock/quorumlock/internal/failpoint"
 )
 
 // buildFailpoints builds the command pkg (an import path) with -tags
@@ -50,52 +45,7 @@ func buildFailpoints(dir, pkg string) (string, error) {
 // the address is read from the JSON line "shipper listening".
 func startShipper(t *testing.T, bin, name string, env map[string]string) *daemon {
 	t.Helper()
-	cmd := exec.Command(bin)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ORDERS_") && !strings.HasPrefix(kv, "SHIPPER_") && !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	// As the drills do: a process group of its own, and no orphan left if
-	// the test binary dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start shipper %s: %v", name, err)
-	}
-	p := &daemon{name: name, cmd: cmd, log: newLineLog(), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.log.add(sc.Text())
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		_ = cmd.Wait()
-		p.log.end()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("shipper %s (%s) stderr:\n%s", name, env[failpoint.EnvVar], p.log.tail(40))
-		}
-	})
-	line := p.waitLine(t, 60*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"shipper listening"`) })
-	var listening struct {
-		Addr string `json:"addr"`
-	}
-	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.Addr == "" {
-		t.Fatalf("shipper %s: listening line %q: %v", name, line, err)
-	}
-	p.base = "http://" + listening.Addr
-	return p
+	return spawn(t, "shipper", name, exec.Command(bin), env, "ORDERS_", "SHIPPER_")
 }
 
 // terminate sends SIGTERM and checks that the process exits 0 within d,
