@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# Builds the local Redis, Postgres and Prometheus images used by the test bed
-# and the compose stack, from Debian packages only (no container registry
-# needed).
+# Builds the local Redis, etcd, Postgres and Prometheus images used by the
+# test bed and the compose stack, from Debian packages only (no container
+# registry needed).
 #
 #   compose/images/build.sh [--force]
 #
 # One Debian bookworm rootfs is bootstrapped with debootstrap from the mirror
-# in this machine's apt configuration, redis-server, postgresql-15 and
-# prometheus are installed into it, a Postgres data dir is initialised, and
-# the tree is imported three times with `docker import`, each time with its
-# own metadata (the images share their one layer):
+# in this machine's apt configuration, redis-server, etcd-server,
+# postgresql-15 and prometheus are installed into it, a Postgres data dir is
+# initialised, and the tree is imported four times with `docker import`, each
+# time with its own metadata (the images share their one layer):
 #
 #   ${QUORUMLOCK_REDIS_IMAGE:-quorumlock/redis:bookworm}
+#   ${QUORUMLOCK_ETCD_IMAGE:-quorumlock/etcd:bookworm}
 #   ${QUORUMLOCK_POSTGRES_IMAGE:-quorumlock/postgres:bookworm}
 #   ${QUORUMLOCK_PROMETHEUS_IMAGE:-quorumlock/prometheus:bookworm}
 #
-# The build is skipped when all three images exist; --force rebuilds them.
+# The build is skipped when all four images exist; --force rebuilds them.
 # QUORUMLOCK_DEBIAN_MIRROR overrides the mirror read from apt.
 set -euo pipefail
 
@@ -27,11 +28,13 @@ readonly PG_SUPERUSER=quorumlock
 readonly PG_PASSWORD=quorumlock
 readonly PG_DATABASE=quorumlock
 readonly REDIS_IMAGE=${QUORUMLOCK_REDIS_IMAGE:-quorumlock/redis:${SUITE}}
+readonly ETCD_IMAGE=${QUORUMLOCK_ETCD_IMAGE:-quorumlock/etcd:${SUITE}}
 readonly POSTGRES_IMAGE=${QUORUMLOCK_POSTGRES_IMAGE:-quorumlock/postgres:${SUITE}}
 readonly PROMETHEUS_IMAGE=${QUORUMLOCK_PROMETHEUS_IMAGE:-quorumlock/prometheus:${SUITE}}
 readonly PROM_DATA=/prometheus
-readonly IMAGES=("$REDIS_IMAGE" "$POSTGRES_IMAGE" "$PROMETHEUS_IMAGE")
-readonly PACKAGES=(redis-server "postgresql-${PG_MAJOR}" prometheus)
+readonly ETCD_DATA=/var/lib/etcd
+readonly IMAGES=("$REDIS_IMAGE" "$ETCD_IMAGE" "$POSTGRES_IMAGE" "$PROMETHEUS_IMAGE")
+readonly PACKAGES=(redis-server etcd-server "postgresql-${PG_MAJOR}" prometheus)
 
 log() { printf '[images] %s\n' "$*"; }
 die() { printf '[images] error: %s\n' "$*" >&2; exit 1; }
@@ -40,11 +43,12 @@ usage() {
 	cat <<EOF
 usage: $0 [--force]
 
-Builds ${REDIS_IMAGE}, ${POSTGRES_IMAGE} and
-${PROMETHEUS_IMAGE} from Debian ${SUITE} packages with debootstrap
-and docker import. Needs root, docker and debootstrap.
+Builds ${REDIS_IMAGE}, ${ETCD_IMAGE},
+${POSTGRES_IMAGE} and ${PROMETHEUS_IMAGE} from Debian ${SUITE}
+packages with debootstrap and docker import. Needs root, docker and
+debootstrap.
 
-  --force   rebuild even when all three images already exist
+  --force   rebuild even when all four images already exist
 EOF
 }
 
@@ -96,7 +100,7 @@ if ((!force)); then
 		log "skip: ${IMAGES[*]} already exist (use --force to rebuild)"
 		exit 0
 	fi
-	log "missing: ${absent[*]}; building all three"
+	log "missing: ${absent[*]}; building all four"
 fi
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -351,15 +355,21 @@ in_root apt-get -q -y -o Dpkg::Options::=--force-confold install "${PACKAGES[@]}
 	{ tail -n 30 "$work/apt.log" >&2; die "apt-get install ${PACKAGES[*]} in the rootfs failed"; }
 in_root "$PG_BIN/postgres" --version | sed 's/^/[images]   /'
 in_root redis-server --version | sed 's/^/[images]   /'
+in_root etcd --version | sed -n '1s/^/[images]   /p'
 in_root prometheus --version 2>&1 | sed -n '1s/^/[images]   /p'
 
 # ---- 4. configure ----------------------------------------------------------------
 
-phase "configure (initdb, /data, /prometheus, trim)"
+phase "configure (initdb, /data, /var/lib/etcd, /prometheus, trim)"
 # Redis: data dir owned by the user redis runs as.
 mkdir -p "$rootfs/data"
 in_root chown redis:redis /data
 chmod 0750 "$rootfs/data"
+
+# etcd: Debian's package creates the etcd user and its home, the data dir's
+# parent; the service it ships never runs in a container.
+in_root chown etcd:etcd "$ETCD_DATA"
+chmod 0700 "$rootfs$ETCD_DATA"
 
 # Prometheus: a TSDB dir owned by the user it runs as (Debian's package
 # creates the prometheus user), at the path of the official image.
@@ -443,6 +453,16 @@ import "$REDIS_IMAGE" \
 	'WORKDIR /data' \
 	'EXPOSE 6379' \
 	'CMD ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--port", "6379", "--dir", "/data"]'
+# Shaped like the upstream etcd images: the binary as the entrypoint (the
+# test bed passes its own flags), here with a single-member default.
+import "$ETCD_IMAGE" \
+	'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+	'ENV LANG=C.UTF-8' \
+	'USER etcd' \
+	"WORKDIR $ETCD_DATA" \
+	'EXPOSE 2379 2380' \
+	'ENTRYPOINT ["/usr/bin/etcd"]' \
+	"CMD [\"--data-dir=$ETCD_DATA/default\", \"--listen-client-urls=http://0.0.0.0:2379\", \"--advertise-client-urls=http://127.0.0.1:2379\", \"--logger=zap\"]"
 import "$POSTGRES_IMAGE" \
 	"ENV PATH=$PG_BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	'ENV LANG=C.UTF-8' \

@@ -1,3 +1,5 @@
+//go:build !nodocker
+
 package testbed
 
 import (
@@ -19,6 +21,7 @@ import (
 type dockerProvider struct {
 	cli           *testcontainers.DockerClient
 	redisImage    string
+	etcdImage     string
 	postgresImage string
 	// tmp holds the nodes' data directories, bind-mounted into their
 	// containers, and the clock files.
@@ -37,6 +40,7 @@ func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, erro
 	}
 	p := &dockerProvider{
 		redisImage:    envOr(EnvRedisImage, DefaultRedisImage),
+		etcdImage:     envOr(EnvEtcdImage, DefaultEtcdImage),
 		postgresImage: envOr(EnvPostgresImage, DefaultPostgresImage),
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -49,9 +53,14 @@ func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, erro
 		_ = cli.Close()
 		return nil, fmt.Errorf("docker engine does not answer: %w", err)
 	}
+	// Only the images this bed runs must exist: a bed without etcd runs
+	// where the etcd image was never built.
 	var need []string
 	if opts.Redis > 0 {
 		need = append(need, p.redisImage)
+	}
+	if opts.Etcd > 0 {
+		need = append(need, p.etcdImage)
 	}
 	if opts.Postgres {
 		need = append(need, p.postgresImage)
@@ -59,8 +68,8 @@ func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, erro
 	for _, img := range need {
 		if _, err := cli.ImageInspect(pctx, img); err != nil {
 			_ = cli.Close()
-			return nil, fmt.Errorf("image %s is not present (no registry to pull from: run `make images`, or set %s/%s): %w",
-				img, EnvRedisImage, EnvPostgresImage, err)
+			return nil, fmt.Errorf("image %s is not present (no registry to pull from: run `make images`, or set %s/%s/%s): %w",
+				img, EnvRedisImage, EnvEtcdImage, EnvPostgresImage, err)
 		}
 	}
 	dir, err := os.MkdirTemp("", "quorumlock-bed-")
@@ -89,8 +98,8 @@ func envOr(k, def string) string {
 func (p *dockerProvider) name() string { return ProviderDocker }
 
 func (p *dockerProvider) hint() string {
-	return "\nthe docker provider needs a running engine and the images " + p.redisImage + " and " + p.postgresImage +
-		": run `make images`, or use QUORUMLOCK_TESTBED=local"
+	return "\nthe docker provider needs a running engine and the images " + p.redisImage + ", " + p.etcdImage +
+		" and " + p.postgresImage + " (those the bed runs): run `make images`, or use QUORUMLOCK_TESTBED=local"
 }
 
 func (p *dockerProvider) dir() string { return p.tmp }
@@ -102,6 +111,20 @@ func (p *dockerProvider) close() error {
 // run creates and starts a container and returns it with the host address
 // of its port.
 func (p *dockerProvider) run(ctx context.Context, req testcontainers.ContainerRequest, port string) (*testcontainers.DockerContainer, string, error) {
+	dc, err := p.create(ctx, req)
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := hostAddr(ctx, dc, port)
+	if err != nil {
+		_ = dc.Terminate(context.Background())
+		return nil, "", err
+	}
+	return dc, addr, nil
+}
+
+// create creates and starts a container, labelled as the bed's.
+func (p *dockerProvider) create(ctx context.Context, req testcontainers.ContainerRequest) (*testcontainers.DockerContainer, error) {
 	req.Labels = map[string]string{"org.quorumlock.testbed": "1"}
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: req, Started: true, Logger: discardLogger{},
@@ -114,17 +137,12 @@ func (p *dockerProvider) run(ctx context.Context, req testcontainers.ContainerRe
 		if dc != nil {
 			_ = dc.Terminate(context.Background())
 		}
-		return nil, "", err
+		return nil, err
 	}
 	if dc == nil {
-		return nil, "", fmt.Errorf("unexpected container type %T", c)
+		return nil, fmt.Errorf("unexpected container type %T", c)
 	}
-	addr, err := hostAddr(ctx, dc, port)
-	if err != nil {
-		_ = dc.Terminate(context.Background())
-		return nil, "", err
-	}
-	return dc, addr, nil
+	return dc, nil
 }
 
 // hostAddr is the address of the container's published port. With a
@@ -254,24 +272,35 @@ func (r *dockerRedis) kill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.p.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+	return r.p.kill(ctx, id)
+}
+
+// kill sends SIGKILL to a container and waits until the engine reports it
+// stopped, so a restart finds it so.
+func (p *dockerProvider) kill(ctx context.Context, id string) error {
+	if _, err := p.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		return err
 	}
-	// Wait until the engine reports it stopped, so a restart finds it so.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		st, err := r.p.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-		if err != nil {
+		running, err := p.running(ctx, id)
+		if err != nil || !running {
 			return err
-		}
-		if !st.Container.State.Running {
-			return nil
 		}
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
 	return errors.New("container still running 10s after SIGKILL")
+}
+
+// running says whether the engine reports the container running.
+func (p *dockerProvider) running(ctx context.Context, id string) (bool, error) {
+	st, err := p.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return false, err
+	}
+	return st.Container.State.Running, nil
 }
 
 func (r *dockerRedis) close(ctx context.Context) error {

@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// localProvider runs redis-server and postgres processes on loopback.
+// localProvider runs redis-server, etcd and postgres processes on loopback.
 type localProvider struct {
 	redisBin string
+	etcdBin  string
 	tmp      string
 }
 
@@ -28,6 +29,13 @@ func newLocalProvider(opts Options) (*localProvider, error) {
 			errs = append(errs, err)
 		}
 		p.redisBin = bin
+	}
+	if opts.Etcd > 0 {
+		bin, err := lookPath("etcd")
+		if err != nil {
+			errs = append(errs, err)
+		}
+		p.etcdBin = bin
 	}
 	if opts.Postgres {
 		for _, name := range []string{"initdb", "postgres"} {
@@ -55,8 +63,8 @@ func (p *localProvider) name() string { return ProviderLocal }
 func (p *localProvider) dir() string { return p.tmp }
 
 func (p *localProvider) hint() string {
-	return "\nthe local provider needs redis-server and PostgreSQL from the machine's packages: run `make deps`" +
-		" (as root: apt-get install -y redis-server postgresql)"
+	return "\nthe local provider needs redis-server, etcd and PostgreSQL from the machine's packages: run `make deps`" +
+		" (as root: apt-get install -y redis-server etcd-server postgresql)"
 }
 
 func (p *localProvider) close() error { return os.RemoveAll(p.tmp) }

@@ -18,6 +18,7 @@ type provider interface {
 	// by close: the nodes' data, snapshots and clock files live under it.
 	dir() string
 	newRedis(ctx context.Context, cfg redisConfig) (redisBackend, error)
+	newEtcd(ctx context.Context, cfg etcdConfig) (etcdBackend, error)
 	startPostgres(ctx context.Context, opts Options) (*PostgresNode, error)
 	close() error
 }
@@ -59,6 +60,26 @@ type redisBackend interface {
 	resume(ctx context.Context) error
 	kill(ctx context.Context) error
 	close(ctx context.Context) error
+}
+
+// etcdBackend is one etcd member's process or container, without its
+// proxies.
+type etcdBackend interface {
+	// start starts the member with the data its directory holds and
+	// returns the host:port addresses it listens on for clients and peers.
+	// It returns once both accept connections, which is before the
+	// member has joined a quorum.
+	start(ctx context.Context) (etcdAddrs, error)
+	pause(ctx context.Context) error
+	resume(ctx context.Context) error
+	kill(ctx context.Context) error
+	close(ctx context.Context) error
+}
+
+// etcdAddrs are the addresses an etcd member listens on.
+type etcdAddrs struct {
+	client string
+	peer   string
 }
 
 // choose picks the provider that opts asks for.

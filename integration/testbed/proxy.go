@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +22,9 @@ type nodeProxy struct {
 	name  string
 	srv   *toxiproxy.ApiServer
 	proxy *toxiproxy.Proxy
+	// blocked are the etcd peer URLs whose connections the proxy drops
+	// (see setBlocked); only etcd peer proxies have any.
+	blocked []string
 }
 
 func newNodeProxy(name, upstream string) (*nodeProxy, error) {
@@ -104,28 +109,69 @@ func (p *nodeProxy) partition() error {
 // forever (toxics.(*NoopToxic).Pipe in chan send). Instead the partitioned
 // proxy is stopped, which closes every connection while the toxics still
 // drain them, so each link ends on its own; and a new proxy without toxics
-// takes over the same listen address.
-func (p *nodeProxy) heal(ctx context.Context) error {
+// takes over the same listen address (see rebuildLocked).
+func (p *nodeProxy) heal(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.proxy.Toxics.GetToxic("partition-up") == nil && p.proxy.Toxics.GetToxic("partition-down") == nil {
+	if !p.partitionedLocked() {
 		return nil
 	}
-	old := p.proxy
-	var latency *toxics.ToxicWrapper
-	if w := old.Toxics.GetToxic("latency"); w != nil {
-		latency = w
-	}
-	old.Stop()
-	px, err := p.start(old.Listen, old.Upstream)
-	if err != nil {
+	if err := p.rebuildLocked(false); err != nil {
 		return fmt.Errorf("heal: %w", err)
 	}
-	p.proxy = px
+	return nil
+}
+
+func (p *nodeProxy) partitionedLocked() bool {
+	return p.proxy.Toxics.GetToxic("partition-up") != nil || p.proxy.Toxics.GetToxic("partition-down") != nil
+}
+
+// setBlocked makes the proxy drop the connections whose first request
+// comes from one of the etcd peer URLs in from (see peerFilter); nil
+// blocks none. The proxy is rebuilt, so every connection starts anew and is
+// judged from its first byte.
+func (p *nodeProxy) setBlocked(from []string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if slices.Equal(from, p.blocked) {
+		return nil
+	}
+	p.blocked = slices.Clone(from)
+	if err := p.rebuildLocked(p.partitionedLocked()); err != nil {
+		return fmt.Errorf("block peers: %w", err)
+	}
+	return nil
+}
+
+// rebuildLocked stops the proxy, closing its connections, and starts a new
+// one on the same listen address and upstream with the old one's latency,
+// the peer filter, and, when partitioned, the partition toxics, all in place
+// before the first connection arrives.
+func (p *nodeProxy) rebuildLocked(partitioned bool) error {
+	old := p.proxy
+	var latency *toxics.LatencyToxic
+	if w := old.Toxics.GetToxic("latency"); w != nil {
+		latency, _ = w.Toxic.(*toxics.LatencyToxic)
+	}
+	old.Stop()
+	p.proxy = toxiproxy.NewProxy(p.srv, p.name, old.Listen, old.Upstream)
+	var errs []error
 	if latency != nil {
-		if lt, ok := latency.Toxic.(*toxics.LatencyToxic); ok {
-			return p.addToxicLocked("latency", "latency", "downstream", map[string]any{"latency": lt.Latency, "jitter": lt.Jitter})
-		}
+		errs = append(errs, p.addToxicLocked("latency", "latency", "downstream", map[string]any{"latency": latency.Latency, "jitter": latency.Jitter}))
+	}
+	if len(p.blocked) > 0 {
+		errs = append(errs, p.addToxicLocked("peer-filter", peerFilterType, "upstream", map[string]any{"from": p.blocked}))
+	}
+	if partitioned {
+		errs = append(errs,
+			p.addToxicLocked("partition-up", "timeout", "upstream", map[string]any{"timeout": 0}),
+			p.addToxicLocked("partition-down", "timeout", "downstream", map[string]any{"timeout": 0}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := p.proxy.Start(); err != nil {
+		return fmt.Errorf("proxy %s: %w", p.name, err)
 	}
 	return nil
 }

@@ -1,24 +1,32 @@
-// Package testbed starts real Redis masters and a real Postgres for tests and
-// demos, and injects faults into them.
+// Package testbed starts real Redis masters, a real etcd cluster and a real
+// Postgres for tests and demos, and injects faults into them.
 //
-// A bed has N independent Redis masters (no replication between them) and,
-// optionally, one Postgres. Every Redis node sits behind an embedded toxiproxy
-// listener on loopback, so its address stays the same across kills and
-// restarts, and so partitions and latency can be injected the same way for
-// every provider.
+// A bed has N independent Redis masters (no replication between them),
+// optionally an etcd cluster of an odd number of members, and optionally
+// one Postgres. Every Redis node sits behind an embedded toxiproxy listener
+// on loopback, so its address stays the same across kills and restarts, and
+// so partitions and latency can be injected the same way for every
+// provider. Every etcd member sits behind two: one for its clients and one
+// for its peers, whose address it advertises, so the members reach each
+// other only through the bed's proxies.
 //
 // Two providers start the servers:
 //   - docker: containers through testcontainers-go. Images come from
-//     QUORUMLOCK_REDIS_IMAGE and QUORUMLOCK_POSTGRES_IMAGE (default: the
-//     official redis and postgres images). On machines with no registry,
-//     `make images` builds local ones from Debian packages.
-//   - local: redis-server and postgres processes from the machine's packages,
-//     on free loopback ports, with their data in a temporary directory.
+//     QUORUMLOCK_REDIS_IMAGE, QUORUMLOCK_ETCD_IMAGE and
+//     QUORUMLOCK_POSTGRES_IMAGE (default: the official redis and postgres
+//     images, and quorumlock/etcd:bookworm). On machines with no registry,
+//     `make images` builds local ones from Debian packages. etcd
+//     containers use the host's network, on free loopback ports, so their
+//     peer traffic crosses the same proxies as the local provider's.
+//   - local: redis-server, etcd and postgres processes from the machine's
+//     packages (Debian's etcd-server for etcd), on free loopback ports,
+//     with their data in a temporary directory.
 //
 // QUORUMLOCK_TESTBED=docker|local|auto chooses; auto (the default) takes
-// docker when the engine answers and both images exist, else local. A
-// provider that cannot start fails the test with a message that says how to
-// fix it; the bed never skips a test.
+// docker when the engine answers and the images the bed runs exist (the
+// etcd image only for a bed with etcd), else local. A provider that cannot
+// start fails the test with a message that says how to fix it; the bed
+// never skips a test.
 //
 // Faults, on both providers: Pause/Resume, Kill/Restart (with or without
 // data), Partition/Heal and AddLatency on a node's address; the same
@@ -27,6 +35,17 @@
 // KillLosingTail (AppendFsync=everysec), a node that loses the AOF writes
 // the disk had not synced; and SetClockOffset (Options.Clock), a jump of one
 // node's wall clock.
+//
+// etcd members have Pause/Resume, Kill/Restart (always with their data: the
+// member rejoins as itself), Partition/Heal (client and raft traffic, both
+// ways), AddLatency (replies and raft messages), and, with Options.Clock,
+// SetClockOffset (wall clock) and AdvanceMonotonic (monotonic clock). etcd
+// is a Go program and reads the time through the vDSO, not the C library,
+// so the clock shim hands it a vDSO of its own; see EtcdNode.SetClockOffset
+// for what each clock moves in etcd. Bed.EtcdLeader names the leader a
+// majority follows. The package reaches the members through etcd's HTTP
+// JSON gateway and links neither etcd's client nor gRPC; clients of the
+// members come from integration/testbed/etcdbed.
 //
 // The package does not import testing, so commands and benchmarks that start
 // a bed do not link the test framework: use New and Close. Tests use
@@ -55,12 +74,18 @@ const (
 const (
 	EnvProvider      = "QUORUMLOCK_TESTBED"
 	EnvRedisImage    = "QUORUMLOCK_REDIS_IMAGE"
+	EnvEtcdImage     = "QUORUMLOCK_ETCD_IMAGE"
 	EnvPostgresImage = "QUORUMLOCK_POSTGRES_IMAGE"
 )
 
-// Default images for the docker provider, used when the environment names none.
+// Default images for the docker provider, used when the environment names
+// none. etcd has no default from a registry: the bed runs the member's
+// binary as "etcd" on the image's PATH and preloads the clock shim into it,
+// which needs a dynamically linked etcd such as Debian's; `make images`
+// builds this one.
 const (
 	DefaultRedisImage    = "redis:7"
+	DefaultEtcdImage     = "quorumlock/etcd:bookworm"
 	DefaultPostgresImage = "postgres:15"
 )
 
@@ -85,6 +110,9 @@ const (
 type Options struct {
 	// Redis is the number of independent Redis masters (0 for none).
 	Redis int
+	// Etcd is the number of members of one etcd cluster (0 for none): an
+	// odd number, 3 normally.
+	Etcd int
 	// Postgres starts one Postgres server when true.
 	Postgres bool
 	// Provider is docker, local or auto. Empty means $QUORUMLOCK_TESTBED, or auto.
@@ -96,8 +124,9 @@ type Options struct {
 	AppendFsync string
 	// StartTimeout bounds the start of each server (default 60s).
 	StartTimeout time.Duration
-	// Clock preloads a clock shim into every Redis server, so that
-	// RedisNode.SetClockOffset can move its wall clock. The bed builds the
+	// Clock preloads a clock shim into every Redis server and etcd member,
+	// so that RedisNode.SetClockOffset, EtcdNode.SetClockOffset and
+	// EtcdNode.AdvanceMonotonic can move their clocks. The bed builds the
 	// shim from C source when it starts, so this needs a C compiler (cc,
 	// gcc or clang) on this machine.
 	Clock bool
@@ -107,8 +136,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Redis < 0 {
 		return o, fmt.Errorf("testbed: Options.Redis is %d, want 0 or more", o.Redis)
 	}
-	if o.Redis == 0 && !o.Postgres {
-		return o, errors.New("testbed: Options asks for nothing: set Redis > 0 or Postgres")
+	if o.Etcd < 0 || o.Etcd%2 == 0 && o.Etcd != 0 {
+		return o, fmt.Errorf("testbed: Options.Etcd is %d, want 0 or an odd number (3 normally)", o.Etcd)
+	}
+	if o.Redis == 0 && o.Etcd == 0 && !o.Postgres {
+		return o, errors.New("testbed: Options asks for nothing: set Redis > 0, Etcd > 0 or Postgres")
 	}
 	if o.Provider == "" {
 		o.Provider = os.Getenv(EnvProvider)
@@ -140,6 +172,9 @@ type Bed struct {
 	Provider string
 	// Redis holds one handle per master, in a stable order.
 	Redis []*RedisNode
+	// Etcd holds one handle per member of the etcd cluster, in a stable
+	// order (etcd1, etcd2, ...).
+	Etcd []*EtcdNode
 	// Postgres is the Postgres server, or nil when none was asked for.
 	Postgres *PostgresNode
 
@@ -165,7 +200,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		return nil, fmt.Errorf("testbed (%s): %w%s", p.name(), err, p.hint())
 	}
 	var shim string
-	if opts.Clock && opts.Redis > 0 {
+	if opts.Clock && (opts.Redis > 0 || opts.Etcd > 0) {
 		if shim, err = buildClockShim(ctx, p.dir()); err != nil {
 			_ = b.Close()
 			return nil, fmt.Errorf("testbed (%s): Options.Clock: %w", p.name(), err)
@@ -179,6 +214,22 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		b.Postgres = pg
 		b.closers = append(b.closers, pg.close)
 	}
+	if err := b.startRedis(ctx, p, opts, shim); err != nil {
+		return fail(fmt.Errorf("start redis: %w", err))
+	}
+	if opts.Etcd > 0 {
+		members, closeAll, err := startEtcdCluster(ctx, p, opts, shim)
+		b.closers = append(b.closers, closeAll)
+		if err != nil {
+			return fail(fmt.Errorf("start etcd: %w", err))
+		}
+		b.Etcd = members
+	}
+	return b, nil
+}
+
+// startRedis starts opts.Redis masters at once.
+func (b *Bed) startRedis(ctx context.Context, p provider, opts Options, shim string) error {
 	nodes := make([]*RedisNode, opts.Redis)
 	errs := make([]error, opts.Redis)
 	var wg sync.WaitGroup
@@ -198,10 +249,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 			errs[i] = errors.New("no node")
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fail(fmt.Errorf("start redis: %w", err))
-	}
-	return b, nil
+	return errors.Join(errs...)
 }
 
 // Close stops every server and removes its data. It is safe to call twice.

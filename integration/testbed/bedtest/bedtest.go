@@ -2,6 +2,10 @@
 // the test (never skips it) when the bed cannot give what was asked, and
 // registers the cleanup on t. The testbed package itself does not import
 // testing, so commands that start a bed do not link the test framework.
+//
+// Clients of the bed's etcd members come from integration/testbed/etcdbed,
+// which this package does not import: the many tests that start a bed
+// through it compile neither etcd's client nor gRPC.
 package bedtest
 
 import (
