@@ -118,11 +118,15 @@ type orderView struct {
 	UpdatedAt   time.Time `json:"updatedAt"`
 }
 
-func orderReply(status int, o store.Order) Reply {
-	body, _ := json.Marshal(orderView{
+func viewOf(o store.Order) orderView {
+	return orderView{
 		OrderID: o.ID, Status: string(o.Status), ProductID: o.ProductID, Quantity: o.Quantity,
 		AmountCents: o.AmountCents, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(),
-	})
+	}
+}
+
+func orderReply(status int, o store.Order) Reply {
+	body, _ := json.Marshal(viewOf(o))
 	return jsonReply(status, body)
 }
 
@@ -166,15 +170,43 @@ func (s *Service) handlePay(ctx context.Context, user string, r *http.Request) R
 		return *bad
 	}
 	o, err := s.payments.Pay(ctx, r.PathValue("id"))
+	var (
+		pending *payment.PendingError
+		failed  *payment.FailedError
+	)
 	switch {
-	case errors.Is(err, payment.ErrPending):
-		rep := orderReply(http.StatusAccepted, o)
+	case err == nil:
+		return payReply(http.StatusOK, o, payView{Status: string(store.PaymentSucceeded)})
+	case errors.As(err, &pending):
+		rep := payReply(http.StatusAccepted, o, payView{Status: string(store.PaymentPending), Reason: pending.Reason})
 		rep.Header.Set("Retry-After", problem.RetryAfter(s.retry))
+		if pending.Cause != nil {
+			s.log.Warn("payment still open", "order_id", o.ID, "reason", pending.Reason, "err", pending.Cause)
+		}
 		return rep
-	case errors.Is(err, payment.ErrDeclined):
-		return orderReply(http.StatusOK, o) // the order is PAYMENT_FAILED
+	case errors.As(err, &failed):
+		// The order is PAYMENT_FAILED: cancel it, or the reaper will.
+		return payReply(http.StatusOK, o, payView{Status: string(store.PaymentFailed), Reason: failed.Reason})
 	}
 	return s.transitionReply(o, err)
+}
+
+// payView is the payment part of a pay answer: its status and, while it is
+// open or once it failed for a reason other than a decline, why.
+type payView struct {
+	RequestID string `json:"paymentRequestId"`
+	Status    string `json:"status"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// payReply is the answer to a pay: the order and its payment.
+func payReply(status int, o store.Order, p payView) Reply {
+	p.RequestID = payment.RequestID(o.ID)
+	body, _ := json.Marshal(struct {
+		orderView
+		Payment payView `json:"payment"`
+	}{viewOf(o), p})
+	return jsonReply(status, body)
 }
 
 func (s *Service) transitionReply(o store.Order, err error) Reply {

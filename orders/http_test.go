@@ -130,11 +130,20 @@ func TestStateMachine(t *testing.T) {
 	// reconciler settles it with the same request id, never charging twice.
 	lost := create("sm-3")
 	in.provider.LoseReplyNext(payment.RequestID(lost))
-	if a := act(lost, "pay"); a.Status != 202 || statusOf(a) != "PAYING" || a.Header.Get("Retry-After") == "" {
-		t.Fatalf("pay with a lost reply: %d %s", a.Status, a.Body)
+	// The 202 says why the payment is still open, then and on a retry.
+	payment202 := func(a answer) map[string]any {
+		t.Helper()
+		p, _ := a.json(t)["payment"].(map[string]any)
+		if a.Status != 202 || statusOf(a) != "PAYING" || a.Header.Get("Retry-After") == "" || p["status"] != "PENDING" {
+			t.Fatalf("pay with a lost reply: %d %s", a.Status, a.Body)
+		}
+		return p
 	}
-	if a := act(lost, "pay"); a.Status != 202 {
-		t.Fatalf("pay while PAYING: %d %s", a.Status, a.Body)
+	if p := payment202(act(lost, "pay")); p["reason"] != payment.ReasonNoAnswer || p["paymentRequestId"] != payment.RequestID(lost) {
+		t.Fatalf("first 202's payment: %v", p)
+	}
+	if p := payment202(act(lost, "pay")); p["reason"] != payment.ReasonNoAnswer {
+		t.Fatalf("202 while PAYING: %v", p)
 	}
 	svc, err := payment.NewService(r.st, in.provider)
 	if err != nil {
@@ -151,6 +160,19 @@ func TestStateMachine(t *testing.T) {
 	get := do(t, http.MethodGet, in.srv.URL+"/orders/"+lost, tok, "", nil)
 	if get.Status != 200 || statusOf(get) != "PAID" || in.provider.Charges(payment.RequestID(lost)) != 1 {
 		t.Fatalf("after reconcile: %d %s, charges %d", get.Status, get.Body, in.provider.Charges(payment.RequestID(lost)))
+	}
+
+	// A charge the provider refuses as invalid ends PAYMENT_FAILED with
+	// its reason, at once, not PAYING.
+	rejected := create("sm-5")
+	in.provider.Inject(payment.RequestID(rejected), payment.FaultReject)
+	a := act(rejected, "pay")
+	p, _ := a.json(t)["payment"].(map[string]any)
+	if a.Status != 200 || statusOf(a) != "PAYMENT_FAILED" || p["status"] != "FAILED" || !strings.Contains(fmt.Sprint(p["reason"]), "refused as invalid") {
+		t.Fatalf("pay refused by the provider: %d %s", a.Status, a.Body)
+	}
+	if a := act(rejected, "cancel"); a.Status != 200 || statusOf(a) != "CANCELLED" {
+		t.Fatalf("cancel a rejected order: %d %s", a.Status, a.Body)
 	}
 
 	// CREATED -> CANCELLED restocks once; a cancelled order is never revived.

@@ -110,7 +110,7 @@ func seed(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("ordersd seed", flag.ContinueOnError)
 	product := fs.String("product", "", "product id")
 	stock := fs.Int64("stock", -1, "units available")
-	price := fs.Int64("price", 0, "unit price in cents")
+	price := fs.Int64("price", 0, "unit price in cents; 0 makes the product free: its orders are paid without a charge")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -132,6 +132,10 @@ func seed(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if err := st.SeedProduct(ctx, *product, *stock, *price); err != nil {
 		return err
+	}
+	if *price == 0 {
+		fmt.Fprintf(stdout, "product %s: %d units, free (paid without a charge)\n", *product, *stock)
+		return nil
 	}
 	fmt.Fprintf(stdout, "product %s: %d units at %d cents\n", *product, *stock, *price)
 	return nil
@@ -329,9 +333,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	go func() {
 		defer close(reconciled)
 		_ = payments.RunReconciler(bg, cfg.reconcile, cfg.reconcile, func(rep payment.ReconcileReport, err error) {
-			if err != nil {
-				log.Warn("reconcile", "err", err)
-			}
+			logReconcile(log, rep, err)
 		})
 	}()
 	expired := make(chan struct{})
@@ -402,11 +404,31 @@ func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.Universa
 	return redisErr, pgErr
 }
 
-// expireUnpaid cancels CREATED orders older than hold every interval, and
-// returns their stock (store.ExpireOrders), then deletes saved non-order
-// outcomes older than retention (store.PurgeOutcomes) and, when relay is
-// not nil, events published longer than outboxRetention ago
-// (Relay.PurgeSent), until ctx ends. Each round takes batches until one
+// logReconcile writes what a reconcile round did: a line per payment it
+// settled as failed or left open, with why, and the round's error when no
+// payment line carries it.
+func logReconcile(log *slog.Logger, rep payment.ReconcileReport, err error) {
+	if rep.Paid+rep.Failed > 0 {
+		log.Info("reconcile: payments settled", "paid", rep.Paid, "failed", rep.Failed, "rejected", rep.Rejected)
+	}
+	for _, p := range rep.Open {
+		attrs := []any{"payment_request_id", p.RequestID, "order_id", p.OrderID, "attempts", p.Attempts, "reason", p.Reason}
+		if p.Err != nil {
+			log.Warn("reconcile: payment still open", append(attrs, "err", p.Err)...)
+			continue
+		}
+		log.Info("reconcile: payment still open", attrs...)
+	}
+	if err != nil && len(rep.Open) == 0 {
+		log.Warn("reconcile", "err", err)
+	}
+}
+
+// expireUnpaid cancels unpaid orders (CREATED, or PAYMENT_FAILED) older
+// than hold every interval, and returns their stock (store.ExpireOrders),
+// then deletes saved non-order outcomes older than retention
+// (store.PurgeOutcomes) and, when relay is not nil, events published longer
+// than outboxRetention ago (Relay.PurgeSent), until ctx ends. Each round takes batches until one
 // comes back short, at most 100 batches of each.
 func expireUnpaid(ctx context.Context, st *store.Store, relay *events.Relay, hold, retention, outboxRetention, every time.Duration, log *slog.Logger) {
 	const batch = 100

@@ -31,6 +31,10 @@ const (
 	// until Complete settles it. On an id already charged it changes
 	// nothing.
 	FaultPending
+	// FaultReject refuses the request as invalid, as a provider does with
+	// an amount or a field it cannot take: nothing is recorded and Charge
+	// returns an error matching ErrRejected.
+	FaultReject
 )
 
 // String names the fault.
@@ -44,6 +48,8 @@ func (f Fault) String() string {
 		return "drop"
 	case FaultPending:
 		return "pending"
+	case FaultReject:
+		return "reject"
 	}
 	return "Fault(" + strconv.Itoa(int(f)) + ")"
 }
@@ -173,8 +179,8 @@ func (f *Fake) Calls(id string) int {
 
 // Charge implements [Provider].
 func (f *Fake) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
-	if req.PaymentRequestID == "" || req.AmountCents < 0 {
-		return Result{}, fmt.Errorf("%w: charge request %+v", ErrInvalid, req)
+	if req.PaymentRequestID == "" || req.AmountCents <= 0 {
+		return Result{}, Reject(fmt.Sprintf("fake provider: charge %q of %d cents: want an id and a positive amount", req.PaymentRequestID, req.AmountCents))
 	}
 	if err := f.wait(ctx); err != nil {
 		return Result{}, err
@@ -183,8 +189,12 @@ func (f *Fake) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
 	defer f.mu.Unlock()
 
 	fault := f.takeFault(req.PaymentRequestID)
-	if fault == FaultDrop {
+	switch fault {
+	case FaultDrop:
 		return Result{}, fmt.Errorf("fake provider: charge %s: request lost: %w", req.PaymentRequestID, ErrTimeout)
+	case FaultReject:
+		f.received[req.PaymentRequestID]++
+		return Result{}, Reject("fake provider: charge " + req.PaymentRequestID + " refused as invalid")
 	}
 	f.received[req.PaymentRequestID]++
 	r, ok := f.records[req.PaymentRequestID]

@@ -125,7 +125,7 @@ func TestFakeLatencyHonoursContext(t *testing.T) {
 	f := payment.NewFake(payment.WithLatency(time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := f.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "a"}); !errors.Is(err, payment.ErrTimeout) || !errors.Is(err, context.Canceled) {
+	if _, err := f.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "a", OrderID: "o", AmountCents: 1}); !errors.Is(err, payment.ErrTimeout) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v", err)
 	}
 	if f.Calls("a") != 0 || f.Charges("a") != 0 {

@@ -42,8 +42,11 @@ const (
 // timed out, a connection closed without an answer, 429 or 5xx) is retried
 // with the same Idempotency-Key, which is safe because the service charges
 // a key at most once; when the retries are used up it fails with an error
-// matching [ErrTimeout]. A 4xx answer other than 429 fails with an error
-// matching [ErrInvalid] without a retry. It is safe for concurrent use.
+// matching [ErrTimeout]. A charge answered 400 or 422 (its content
+// refused, or its key known with other content) fails with an error
+// matching [ErrRejected]; any other 4xx but 429 with an error matching
+// [ErrInvalid] alone (the call, not the charge, was refused); neither is
+// retried. It is safe for concurrent use.
 type HTTPProvider struct {
 	base           *url.URL
 	client         *http.Client
@@ -155,8 +158,13 @@ type httpProblem struct {
 // Idempotency-Key: req.PaymentRequestID. A decline is StatusFailed with a
 // nil error.
 func (p *HTTPProvider) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
-	if !validRequestID(req.PaymentRequestID) || req.OrderID == "" || req.AmountCents <= 0 {
-		return Result{}, fmt.Errorf("%w: charge request %+v", ErrInvalid, req)
+	switch {
+	case !validRequestID(req.PaymentRequestID):
+		return Result{}, Reject(fmt.Sprintf("payment request id %q is not 1 to %d visible ASCII characters", req.PaymentRequestID, maxRequestIDLen))
+	case req.OrderID == "":
+		return Result{}, Reject("no order id")
+	case req.AmountCents <= 0:
+		return Result{}, Reject(fmt.Sprintf("amount %d cents: a charge must be positive", req.AmountCents))
 	}
 	body, err := json.Marshal(struct {
 		OrderID     string `json:"order_id"`
@@ -169,6 +177,11 @@ func (p *HTTPProvider) Charge(ctx context.Context, req ChargeRequest) (Result, e
 	status, reply, err := p.call(ctx, what, http.MethodPost, p.endpoint("charges"), req.PaymentRequestID, body)
 	if err != nil {
 		return Result{}, err
+	}
+	if status == http.StatusBadRequest || status == http.StatusUnprocessableEntity {
+		// The charge itself was refused: its content is invalid, or its
+		// key is the provider's for another charge. No money moved.
+		return Result{}, Reject(fmt.Sprintf("%d %s", status, problemText(reply)))
 	}
 	return p.result(what, status, reply, req.PaymentRequestID)
 }
@@ -193,9 +206,7 @@ func (p *HTTPProvider) Query(ctx context.Context, paymentRequestID string) (Resu
 // result reads a final answer: 200 with a charge, or a 4xx problem.
 func (p *HTTPProvider) result(what string, status int, reply []byte, id string) (Result, error) {
 	if status >= 400 && status < 500 {
-		var pr httpProblem
-		_ = json.Unmarshal(reply, &pr)
-		return Result{}, fmt.Errorf("%w: http provider: %s: %d %s: %s", ErrInvalid, what, status, pr.Code, pr.Detail)
+		return Result{}, fmt.Errorf("%w: http provider: %s: %d %s", ErrInvalid, what, status, problemText(reply))
 	}
 	if status != http.StatusOK {
 		return Result{}, fmt.Errorf("http provider: %s: unexpected status %d: %w", what, status, ErrTimeout)
@@ -211,6 +222,17 @@ func (p *HTTPProvider) result(what string, status int, reply []byte, id string) 
 		return Result{}, fmt.Errorf("http provider: %s: unknown status %q: %w", what, c.Status, ErrTimeout)
 	}
 	return Result{Status: c.Status, ProviderRef: c.ProviderRef}, nil
+}
+
+// problemText is the code and detail of a problem answer, bounded.
+func problemText(reply []byte) string {
+	var pr httpProblem
+	_ = json.Unmarshal(reply, &pr)
+	t := strings.TrimSpace(pr.Code + ": " + pr.Detail)
+	if len(t) > 300 {
+		t = strings.ToValidUTF8(t[:300], "") + "..."
+	}
+	return t
 }
 
 // call sends the request, retrying unknown outcomes, and returns the last

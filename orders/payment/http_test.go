@@ -408,8 +408,8 @@ func TestHTTPProviderRejectsBadInput(t *testing.T) {
 		{PaymentRequestID: "k", OrderID: "o"},
 		{PaymentRequestID: "k", OrderID: "o", AmountCents: -1},
 	} {
-		if _, err := p.Charge(context.Background(), req); !errors.Is(err, payment.ErrInvalid) {
-			t.Errorf("%+v: %v", req, err)
+		if _, err := p.Charge(context.Background(), req); !errors.Is(err, payment.ErrInvalid) || !errors.Is(err, payment.ErrRejected) {
+			t.Errorf("%+v: %v, want ErrInvalid and ErrRejected", req, err)
 		}
 	}
 	if _, err := p.Query(context.Background(), ""); !errors.Is(err, payment.ErrInvalid) {
@@ -422,3 +422,38 @@ func TestHTTPProviderRejectsBadInput(t *testing.T) {
 
 // HTTPProvider is a Provider.
 var _ payment.Provider = (*payment.HTTPProvider)(nil)
+
+// TestHTTPProviderRejectedCharge: a charge the provider answers 400 (its
+// content refused) or 422 (its key known with other content) is rejected
+// for good; any other 4xx (the call refused, not the charge) is ErrInvalid
+// alone, and a query never counts as a rejection.
+func TestHTTPProviderRejectedCharge(t *testing.T) {
+	b := newHTTPBed(t)
+	p := b.provider(t)
+	ctx := context.Background()
+	if err := b.fp.Inject("k400", fakepay.FaultReject, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "k400", OrderID: "o", AmountCents: 5})
+	if !errors.Is(err, payment.ErrRejected) || !errors.Is(err, payment.ErrInvalid) || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("400: %v", err)
+	}
+	if _, err := p.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "k422", OrderID: "o", AmountCents: 5}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "k422", OrderID: "other", AmountCents: 5})
+	if !errors.Is(err, payment.ErrRejected) || !strings.Contains(err.Error(), "422") {
+		t.Fatalf("422: %v", err)
+	}
+	b.setIntercept(func(_ int, w http.ResponseWriter, _ *http.Request) bool {
+		w.WriteHeader(http.StatusUnauthorized)
+		return true
+	})
+	_, err = p.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "k401", OrderID: "o", AmountCents: 5})
+	if !errors.Is(err, payment.ErrInvalid) || errors.Is(err, payment.ErrRejected) {
+		t.Fatalf("401 charge: %v, want ErrInvalid alone", err)
+	}
+	if _, err := p.Query(ctx, "k401"); !errors.Is(err, payment.ErrInvalid) || errors.Is(err, payment.ErrRejected) {
+		t.Fatalf("401 query: %v, want ErrInvalid alone", err)
+	}
+}

@@ -59,9 +59,12 @@ type Result struct {
 //
 // Charge must be idempotent on PaymentRequestID: a second Charge with an id
 // it has seen returns the first result and does not charge again. A
-// definite decline is a nil error with StatusFailed; any error means the
-// outcome is unknown (the charge may or may not have happened), and the
-// caller will find out later with Query on the same id.
+// definite decline is a nil error with StatusFailed. An error matching
+// [ErrRejected] means the request itself was refused as invalid (a zero
+// amount, a malformed id, a key the provider knows with other content): no
+// money moved, and sending the same request again can never succeed. Any
+// other error means the outcome is unknown (the charge may or may not have
+// happened), and the caller will find out later with Query on the same id.
 //
 // Query returns the result recorded for the id, or StatusNotFound when the
 // provider never received a charge with it.
@@ -87,10 +90,61 @@ var (
 	// [*PendingError].
 	ErrPending = errors.New("payment: outcome pending")
 
-	// ErrDeclined reports a payment the provider declined; the order is
-	// PAYMENT_FAILED.
+	// ErrDeclined reports a payment that ended without a charge: the
+	// provider declined it, or refused the request ([ErrRejected]); the
+	// order is PAYMENT_FAILED. The error is a [*FailedError].
 	ErrDeclined = errors.New("payment: declined")
+
+	// ErrRejected reports a charge request that the provider (or the
+	// client, before sending it) refused as invalid: no money moved, and
+	// the same request can never succeed, so the payment ends FAILED with
+	// the refusal as its reason instead of waiting for a retry. It is
+	// returned together with [ErrInvalid].
+	ErrRejected = errors.New("payment: charge request rejected")
 )
+
+// rejectedError is a refused charge request; detail says why.
+type rejectedError struct{ detail string }
+
+// Reject returns an error matching [ErrRejected] and [ErrInvalid] whose
+// detail (what was refused and why, naming no secret) becomes the failed
+// payment's reason. Providers use it for requests they refuse as invalid.
+func Reject(detail string) error { return &rejectedError{detail: detail} }
+
+func (e *rejectedError) Error() string { return ErrRejected.Error() + ": " + e.detail }
+
+func (e *rejectedError) Unwrap() []error { return []error{ErrRejected, ErrInvalid} }
+
+// FailedError says that an order's payment ended without a charge: the
+// order is PAYMENT_FAILED. It matches [ErrDeclined], and [ErrRejected] when
+// the provider refused the request itself.
+type FailedError struct {
+	OrderID          string
+	PaymentRequestID string
+	// Rejected is true when the provider refused the request itself
+	// rather than declining the charge.
+	Rejected bool
+	// Reason is the refusal of a rejected request, as the payment row
+	// records it; empty for a plain decline.
+	Reason string
+}
+
+// Error describes the failed payment.
+func (e *FailedError) Error() string {
+	msg := ErrDeclined.Error() + ": order " + e.OrderID + " (payment request " + e.PaymentRequestID + ")"
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Unwrap returns ErrDeclined, and ErrRejected for a rejected request.
+func (e *FailedError) Unwrap() []error {
+	if e.Rejected {
+		return []error{ErrDeclined, ErrRejected}
+	}
+	return []error{ErrDeclined}
+}
 
 // PendingError says that an order's payment has no known outcome yet. It
 // matches [ErrPending], and its cause (for instance [ErrTimeout]) too.
@@ -100,6 +154,10 @@ type PendingError struct {
 	// Cause is why the outcome is unknown; nil when another call is
 	// already paying the order or the provider answered PENDING.
 	Cause error
+	// Reason says in one sentence, fit for the client and the log, why
+	// the payment is still open and what settles it; it names no address
+	// or secret.
+	Reason string
 }
 
 // Error describes the pending payment.

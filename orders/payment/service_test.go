@@ -100,6 +100,12 @@ func (e *env) status(t *testing.T, orderID string) (store.Status, store.PaymentS
 func TestPostgres(t *testing.T) {
 	srv := startPostgres(t)
 
+	t.Run("EveryStateHasAWayOut", func(t *testing.T) { testEveryStateHasAWayOut(t, srv) })
+	t.Run("RejectedChargeFailsForGood", func(t *testing.T) { testRejectedChargeFailsForGood(t, srv) })
+	t.Run("OpenPaymentsSayWhy", func(t *testing.T) { testOpenPaymentsSayWhy(t, srv) })
+	t.Run("FreeOrderIsPaidWithoutACharge", func(t *testing.T) { testFreeOrderIsPaidWithoutACharge(t, srv) })
+	t.Run("OverHTTP", func(t *testing.T) { testOverHTTP(t, srv) })
+
 	t.Run("HappyPath", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, srv)

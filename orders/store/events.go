@@ -118,7 +118,7 @@ func (s *Store) ClaimPendingPayments(ctx context.Context, olderThan time.Duratio
 )
 UPDATE payments p SET attempts = p.attempts + 1, updated_at = now()
 FROM due WHERE p.payment_request_id = due.payment_request_id AND p.status = $1
-RETURNING p.payment_request_id, p.order_id, p.amount_cents, p.status, p.provider_ref, p.attempts, p.created_at, p.updated_at`,
+RETURNING p.payment_request_id, p.order_id, p.amount_cents, p.status, p.provider_ref, p.attempts, p.created_at, p.updated_at, p.reason`,
 		PaymentPending, StatusPaying, olderThan.Seconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim pending payments: %w", err)

@@ -8,19 +8,22 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// DefaultHold is how long an unpaid CREATED order keeps its stock before
-// ExpireOrders cancels it.
+// DefaultHold is how long an unpaid order keeps its stock before
+// ExpireOrders cancels it: a CREATED order from its creation, a
+// PAYMENT_FAILED one from its failure.
 const DefaultHold = 15 * time.Minute
 
 // MaxExpireBatch is the largest batch [Store.ExpireOrders] takes.
 const MaxExpireBatch = 1000
 
-// ExpireOrders cancels up to limit CREATED orders placed at least hold ago
-// (by the database's clock), oldest first, and returns their quantities to
-// stock, in one statement: the orders are claimed with FOR UPDATE SKIP
+// ExpireOrders cancels up to limit unpaid orders, oldest first, and returns
+// their quantities to stock, in one statement: CREATED orders placed at
+// least hold ago, and PAYMENT_FAILED orders whose payment failed at least
+// hold ago (by the database's clock), so that neither state keeps stock
+// when its user walks away. The orders are claimed with FOR UPDATE SKIP
 // LOCKED, so reapers on several instances never take the same order, and
-// moved by a conditional update (status still CREATED), so an order paid
-// or cancelled meanwhile is left alone and no quantity comes back twice. It
+// moved by a conditional update (status unchanged), so an order paid or
+// cancelled meanwhile is left alone and no quantity comes back twice. It
 // returns the orders it cancelled. limit is 1 to [MaxExpireBatch].
 func (s *Store) ExpireOrders(ctx context.Context, hold time.Duration, limit int) ([]Order, error) {
 	if hold <= 0 {
@@ -30,14 +33,15 @@ func (s *Store) ExpireOrders(ctx context.Context, hold time.Duration, limit int)
 		return nil, fmt.Errorf("%w: batch size %d is outside 1..%d", ErrInvalid, limit, MaxExpireBatch)
 	}
 	rows, err := s.pool.Query(ctx, `WITH due AS (
-    SELECT order_id FROM orders
-    WHERE status = $1 AND created_at <= now() - make_interval(secs => $2)
+    SELECT order_id, status FROM orders
+    WHERE (status = $1 AND created_at <= now() - make_interval(secs => $2))
+       OR (status = $5 AND updated_at <= now() - make_interval(secs => $2))
     ORDER BY created_at, order_id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), moved AS (
     UPDATE orders o SET status = $4, updated_at = now()
-    FROM due WHERE o.order_id = due.order_id AND o.status = $1
+    FROM due WHERE o.order_id = due.order_id AND o.status = due.status
     RETURNING o.*
 ), restocked AS (
     UPDATE product_stock ps SET available = ps.available + m.quantity
@@ -45,7 +49,7 @@ func (s *Store) ExpireOrders(ctx context.Context, hold time.Duration, limit int)
     WHERE ps.product_id = m.product_id
     RETURNING ps.product_id
 )
-SELECT `+orderColumns+` FROM moved`, StatusCreated, hold.Seconds(), limit, StatusCancelled)
+SELECT `+orderColumns+` FROM moved`, StatusCreated, hold.Seconds(), limit, StatusCancelled, StatusPaymentFailed)
 	if err != nil {
 		return nil, fmt.Errorf("store: expire orders: %w", err)
 	}

@@ -45,12 +45,29 @@ type Payment struct {
 	Attempts  int
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Reason says why a PENDING payment is still open (see
+	// [Store.NotePayment]), why a FAILED one failed when the provider did
+	// not simply decline it ([Store.FailPayment]), or that a SUCCEEDED one
+	// needed no charge ([Store.SettleFree]); empty otherwise.
+	Reason string
 }
 
-const paymentColumns = `payment_request_id, order_id, amount_cents, status, provider_ref, attempts, created_at, updated_at`
+// MaxReasonLen bounds a payment's Reason, in bytes.
+const MaxReasonLen = 512
+
+const paymentColumns = `payment_request_id, order_id, amount_cents, status, provider_ref, attempts, created_at, updated_at, reason`
 
 func scanPayment(row pgx.Row, p *Payment) error {
-	return row.Scan(&p.RequestID, &p.OrderID, &p.AmountCents, &p.Status, &p.ProviderRef, &p.Attempts, &p.CreatedAt, &p.UpdatedAt)
+	return row.Scan(&p.RequestID, &p.OrderID, &p.AmountCents, &p.Status, &p.ProviderRef, &p.Attempts, &p.CreatedAt, &p.UpdatedAt, &p.Reason)
+}
+
+// checkReason validates a payment's reason: empty, or text of at most
+// MaxReasonLen bytes.
+func checkReason(reason string) error {
+	if reason == "" {
+		return nil
+	}
+	return checkText("payment reason", reason, MaxReasonLen)
 }
 
 // PaymentStart is the result of [Store.BeginPayment].
@@ -74,7 +91,8 @@ type PaymentStart struct {
 // If the order is already PAYING, BeginPayment changes nothing (besides
 // creating a missing payment row) and returns Started false. Any other state
 // gives a [*TransitionError] with the order: PAID, PAYMENT_FAILED (already
-// settled) or CANCELLED.
+// settled) or CANCELLED; the PaymentStart then holds the order and, when the
+// order has one, its payment.
 func (s *Store) BeginPayment(ctx context.Context, orderID, requestID string) (PaymentStart, error) {
 	if err := checkText("order id", orderID, MaxRefLen); err != nil {
 		return PaymentStart{}, err
@@ -87,7 +105,12 @@ func (s *Store) BeginPayment(ctx context.Context, orderID, requestID string) (Pa
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		o, moved, err := transitionTx(ctx, tx, orderID, StatusPaying)
 		if errors.Is(err, ErrInvalidTransition) {
+			// A settled order: its payment, if it has one, says how.
 			res.Order, refusal = o, err
+			err := scanPayment(tx.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE payment_request_id = $1`, requestID), &res.Payment)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("store: begin payment %q: %w", requestID, err)
+			}
 			return nil
 		}
 		if err != nil {
@@ -122,20 +145,60 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payment_request_id) DO NOTHING`, requestID,
 // answer returns the order and changes nothing; a different answer than
 // the one recorded gives [ErrPaymentConflict].
 func (s *Store) SettlePayment(ctx context.Context, requestID string, status PaymentStatus, providerRef string) (Order, error) {
-	if err := checkText("payment request id", requestID, MaxRefLen); err != nil {
-		return Order{}, err
-	}
-	var to Status
-	switch status {
-	case PaymentSucceeded:
-		to = StatusPaid
-	case PaymentFailed:
-		to = StatusPaymentFailed
-	default:
+	if status != PaymentSucceeded && status != PaymentFailed {
 		return Order{}, fmt.Errorf("%w: cannot settle a payment as %q", ErrInvalid, status)
 	}
 	if len(providerRef) > MaxRefLen {
 		return Order{}, fmt.Errorf("%w: provider reference is %d bytes, the limit is %d", ErrInvalid, len(providerRef), MaxRefLen)
+	}
+	return s.settle(ctx, requestID, settlement{status: status, providerRef: providerRef})
+}
+
+// FailPayment ends payment requestID as FAILED with reason, and its order
+// as PAYMENT_FAILED, in one transaction: for a charge that can never
+// succeed however often it is sent, such as one the provider refused as
+// invalid. The order then leaves PAYMENT_FAILED like a declined one (cancel,
+// or the reaper), never waiting on a retry that cannot help. reason is 1 to
+// [MaxReasonLen] bytes. Failing again returns the order and changes
+// nothing; a payment already SUCCEEDED gives [ErrPaymentConflict].
+func (s *Store) FailPayment(ctx context.Context, requestID, reason string) (Order, error) {
+	if reason == "" {
+		return Order{}, fmt.Errorf("%w: a failed payment needs its reason", ErrInvalid)
+	}
+	if err := checkReason(reason); err != nil {
+		return Order{}, err
+	}
+	return s.settle(ctx, requestID, settlement{status: PaymentFailed, reason: reason})
+}
+
+// ReasonFree is the Reason of a payment settled by [Store.SettleFree].
+const ReasonFree = "free order: nothing to charge"
+
+// SettleFree settles payment requestID of amount zero as SUCCEEDED with
+// no charge, and its order as PAID: a free order is paid once it is
+// confirmed, and no provider is asked to move nothing. A payment with a
+// positive amount gives [ErrInvalid] and changes nothing.
+func (s *Store) SettleFree(ctx context.Context, requestID string) (Order, error) {
+	return s.settle(ctx, requestID, settlement{status: PaymentSucceeded, reason: ReasonFree, free: true})
+}
+
+// settlement is a final answer about one payment.
+type settlement struct {
+	status      PaymentStatus // PaymentSucceeded or PaymentFailed
+	providerRef string
+	reason      string
+	free        bool // only a payment of amount zero may settle so
+}
+
+// settle records st for requestID and moves its order from PAYING to PAID
+// or PAYMENT_FAILED, in one transaction.
+func (s *Store) settle(ctx context.Context, requestID string, st settlement) (Order, error) {
+	if err := checkText("payment request id", requestID, MaxRefLen); err != nil {
+		return Order{}, err
+	}
+	to := StatusPaid
+	if st.status == PaymentFailed {
+		to = StatusPaymentFailed
 	}
 	var o Order
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -145,14 +208,17 @@ func (s *Store) SettlePayment(ctx context.Context, requestID string, status Paym
 		}
 		switch current {
 		case PaymentPending:
-			_, err := tx.Exec(ctx, `UPDATE payments SET status = $2, provider_ref = $3, updated_at = now()
-WHERE payment_request_id = $1`, requestID, status, providerRef)
+			tag, err := tx.Exec(ctx, `UPDATE payments SET status = $2, provider_ref = $3, reason = $4, updated_at = now()
+WHERE payment_request_id = $1 AND (NOT $5 OR amount_cents = 0)`, requestID, st.status, st.providerRef, st.reason, st.free)
 			if err != nil {
 				return fmt.Errorf("store: settle payment %q: %w", requestID, err)
 			}
-		case status:
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("%w: payment %q has an amount to charge; it is not free", ErrInvalid, requestID)
+			}
+		case st.status:
 		default:
-			return fmt.Errorf("%w: payment %q is %s, provider now says %s", ErrPaymentConflict, requestID, current, status)
+			return fmt.Errorf("%w: payment %q is %s, now settled as %s", ErrPaymentConflict, requestID, current, st.status)
 		}
 		o, _, err = transitionTx(ctx, tx, orderID, to)
 		return err
@@ -161,6 +227,28 @@ WHERE payment_request_id = $1`, requestID, status, providerRef)
 		return o, err
 	}
 	return o, nil
+}
+
+// NotePayment records why PENDING payment requestID is still open (1 to
+// [MaxReasonLen] bytes), for the next pay call to report and for
+// operators. It leaves the payment's age alone, and does nothing to a
+// settled payment.
+func (s *Store) NotePayment(ctx context.Context, requestID, reason string) error {
+	if err := checkText("payment request id", requestID, MaxRefLen); err != nil {
+		return err
+	}
+	if reason == "" {
+		return fmt.Errorf("%w: empty payment reason", ErrInvalid)
+	}
+	if err := checkReason(reason); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE payments SET reason = $2 WHERE payment_request_id = $1 AND status = $3`,
+		requestID, reason, PaymentPending)
+	if err != nil {
+		return fmt.Errorf("store: note payment %q: %w", requestID, err)
+	}
+	return nil
 }
 
 // lockPayment locks the order of payment requestID, then the payment, in
@@ -194,7 +282,7 @@ func (s *Store) PendingPayments(ctx context.Context, olderThan time.Duration, li
 		return nil, fmt.Errorf("%w: batch size %d is outside 1..%d", ErrInvalid, limit, MaxPendingBatch)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT p.payment_request_id, p.order_id, p.amount_cents, p.status, p.provider_ref,
-       p.attempts, p.created_at, p.updated_at
+       p.attempts, p.created_at, p.updated_at, p.reason
 FROM payments p JOIN orders o ON o.order_id = p.order_id
 WHERE p.status = $1 AND o.status = $2 AND p.updated_at <= now() - make_interval(secs => $3)
 ORDER BY p.updated_at, p.payment_request_id

@@ -109,12 +109,17 @@ const (
 	// injection, which is one fault). On a key already charged it changes
 	// nothing.
 	FaultDuplicateCallback Fault = "duplicate_callback"
+	// FaultReject refuses a new charge as invalid, with 400, as a provider
+	// does with a field it cannot take: nothing is recorded, and the
+	// request is not counted (like any invalid one). On a key already
+	// charged it changes nothing.
+	FaultReject Fault = "reject"
 )
 
 // valid reports whether f is one of the faults above.
 func (f Fault) valid() bool {
 	switch f {
-	case FaultDecline, FaultLoseReply, FaultDrop, FaultPending, FaultDuplicateCallback:
+	case FaultDecline, FaultLoseReply, FaultDrop, FaultPending, FaultDuplicateCallback, FaultReject:
 		return true
 	}
 	return false
@@ -514,6 +519,9 @@ func (s *Server) charge(key, orderID string, amount int64) (chargeResult, error)
 	res := chargeResult{fault: f.kind}
 	if f.kind == FaultDrop {
 		return res, nil
+	}
+	if _, known := s.charges[key]; f.kind == FaultReject && !known {
+		return res, fmt.Errorf("%w: charge %q refused (injected fault)", ErrInvalid, key)
 	}
 	s.requests++
 	s.received[key]++
