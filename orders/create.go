@@ -139,10 +139,13 @@ func (s *Service) create(ctx context.Context, rl *requestLog, user string, key r
 			s.log.Warn("idempotency claim unavailable; Postgres arbitrates", "err", err)
 			claimed = true
 		case res.Outcome == idem.Success:
+			s.placed(rl, "replayed")
 			return replay(res.Response.Status, res.Response.Body)
 		case res.Outcome == idem.InProgress:
+			s.placed(rl, "in_progress")
 			return s.busy(key, res.Lease)
 		case res.Outcome == idem.FingerprintMismatch:
+			s.placed(rl, "fingerprint_mismatch")
 			return s.keyReused()
 		case res.Outcome == idem.Takeover:
 			// The previous attempt's processing lease ran out. Postgres says
@@ -224,9 +227,11 @@ func (s *Service) afterTakeover(ctx context.Context, rl *requestLog, k idem.Key,
 	defer cancel()
 	if out.Fingerprint != fp {
 		_ = s.idem.Release(sctx, k, owner)
+		s.placed(rl, "fingerprint_mismatch")
 		return s.keyReused(), true
 	}
 	s.metrics.repair()
+	s.metrics.place("replayed")
 	rl.result = "repaired"
 	r := replay(out.ResponseStatus, out.ResponseBody)
 	if err := s.idem.Repair(sctx, k, fp, r.saved()); err != nil {

@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"outcome"}),
 		places: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_place_total",
-			Help: "Order attempts by outcome (created, replayed, out_of_stock, fingerprint_mismatch, unknown_product, stale_fence, lock_busy, invalid, error).",
+			Help: "POST /orders by the outcome that decided it, whichever layer did (Redis record or Postgres): created, replayed, in_progress, out_of_stock, fingerprint_mismatch, unknown_product, lock_busy, invalid, error; and stale_fence for every order transaction a newer fence refused (that request then retries).",
 		}, []string{"outcome"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_lock_fallback_total",
@@ -55,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, o := range []string{"CREATED", "IN_PROGRESS", "SUCCESS", "FINGERPRINT_MISMATCH", "TAKEOVER", "UNAVAILABLE"} {
 		m.claims.WithLabelValues(o)
 	}
-	for _, o := range []string{"created", "replayed", "out_of_stock", "fingerprint_mismatch", "unknown_product", "stale_fence", "lock_busy", "invalid", "error"} {
+	for _, o := range []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product", "stale_fence", "lock_busy", "invalid", "error"} {
 		m.places.WithLabelValues(o)
 	}
 	for _, f := range []Fallback{FallbackDB, FallbackReject} {

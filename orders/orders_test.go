@@ -174,9 +174,17 @@ func TestHundredConcurrentIdenticalRequests(t *testing.T) {
 
 func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
 	r := newRig(t, 10)
-	in := r.instance(t)
+	reg := prometheus.NewRegistry()
+	m, err := orders.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := r.instance(t, orders.WithMetrics(m))
 	if a := post(t, in, "u1001", "req-7", buy42); a.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", a.Status, a.Body)
+	}
+	if a := post(t, in, "u1001", "req-7", buy42); a.Status != http.StatusCreated || a.Header.Get(orders.HeaderReplayed) != "true" {
+		t.Fatalf("replay: %d %s", a.Status, a.Body)
 	}
 	for _, body := range []string{
 		`{"productId": "42", "quantity": 2, "addressVersion": "v1"}`,
@@ -205,6 +213,13 @@ func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
 	}
 	if s := r.stock(t); s != 9 {
 		t.Fatalf("stock %d, want 9", s)
+	}
+	// orders_place_total counts every answer by what decided it, whether
+	// the Redis record (the replay, six refusals) or Postgres (the last).
+	for outcome, want := range map[string]float64{"created": 1, "replayed": 1, "fingerprint_mismatch": 7} {
+		if got := placeCount(t, reg, outcome); got != want {
+			t.Errorf("orders_place_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
 	}
 }
 

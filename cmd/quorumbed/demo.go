@@ -634,7 +634,7 @@ func operatorGroups(sets []metricSet) []metricGroup {
 		}
 		return rows
 	}
-	placeOrder := []string{"created", "replayed", "out_of_stock", "fingerprint_mismatch", "unknown_product", "stale_fence", "lock_busy", "invalid", "error"}
+	placeOrder := []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product", "stale_fence", "lock_busy", "invalid", "error"}
 	places := slices.DeleteFunc(values(metricPlace, "outcome", []string{"created"}, placeOrder), func(v string) bool { return v == "stale_fence" })
 	claimOrder := []string{"CREATED", "IN_PROGRESS", "SUCCESS", "FINGERPRINT_MISMATCH", "TAKEOVER", "UNAVAILABLE"}
 	acquireOrder := []string{"acquired", "not_acquired", "unavailable", "canceled", "error"}
@@ -661,7 +661,7 @@ func operatorGroups(sets []metricSet) []metricGroup {
 		payments = append(payments, byLabel(rowSum, metricRequests+"_count", "code", codes, map[string]string{"route": route})...)
 	}
 	return []metricGroup{
-		{"orders placed, by outcome (" + metricPlace + ")", byLabel(rowSum, metricPlace, "outcome", places, nil)},
+		{"POST /orders answers, by the outcome that decided them (" + metricPlace + ")", byLabel(rowSum, metricPlace, "outcome", places, nil)},
 		{"fence rejections (" + metricPlace + ")", byLabel(rowSum, metricPlace, "outcome", []string{"stale_fence"}, nil)},
 		{"idempotency claims, by outcome (" + metricClaims + ")", byLabel(rowSum, metricClaims, "outcome", values(metricClaims, "outcome", nil, claimOrder), nil)},
 		{"stock lock acquisitions, by result (" + metricAcquire + ")", byLabel(rowSum, metricAcquire, "result", values(metricAcquire, "result", []string{"acquired"}, acquireOrder), nil)},

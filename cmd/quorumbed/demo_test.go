@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/orders/audit"
 	"github.com/quorumlock/quorumlock/orders/watchdog"
 )
 
@@ -258,6 +259,10 @@ func TestDemoOnBed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
+	// The audit says what it checked, over what.
+	if !strings.Contains(out.String(), "audit: "+strings.Join(audit.Checks(), ", ")+" over 1 order row and 3 answers: no violations\n") {
+		t.Errorf("the audit line does not name its checks and what they covered:\n%s", out.String())
+	}
 	// The paid order's event, delivered twice, made one shipment.
 	ship := regexp.MustCompile(`(?s)shipments for the order: (\d+)\n.*the same event added again as entry.*events_consumed_total\{result="duplicate"\} (\d+).*\n  shipments for the order: (\d+)\n`).FindStringSubmatch(out.String())
 	if ship == nil || ship[1] != "1" || ship[2] == "0" || ship[3] != "1" {
@@ -303,7 +308,11 @@ func TestDemoOnBed(t *testing.T) {
 			t.Errorf("%s %s: instances %v, all %d; want %d in all", group, label, per, total, want)
 		}
 	}
-	wantTotal("orders placed", `outcome="created"`, 1)
+	// Every answer is counted where a reader of orders_place_total looks
+	// for it: one order created, two replays, one refused key.
+	wantTotal("POST /orders answers", `outcome="created"`, 1)
+	wantTotal("POST /orders answers", `outcome="replayed"`, 2)
+	wantTotal("POST /orders answers", `outcome="fingerprint_mismatch"`, 1)
 	wantTotal("fence rejections", `outcome="stale_fence"`, 0)
 	wantTotal("idempotency claims", `outcome="CREATED"`, 1)
 	wantTotal("fallbacks to Postgres", `mode="db"`, 0)

@@ -39,6 +39,7 @@ func main() {
 	// go-redis logs every failed dial on its own; the commands report an
 	// unreachable node themselves.
 	redis.SetLogger(quietLogger{})
+	quietDocker()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
 	stop()

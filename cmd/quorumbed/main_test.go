@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -188,5 +189,33 @@ func TestBedCommand(t *testing.T) {
 	}
 	if strings.Contains(r.stdout, ",") {
 		t.Errorf("bed -redis 1 printed more than one master:\n%s", r.stdout)
+	}
+}
+
+// The quorumbed binary prints no library banner: testcontainers-go
+// announces itself (engine version, session and process ids) the first
+// time a process reaches the engine, and quorumbed silences it. On the
+// local provider there is no banner to silence; make test runs this on the
+// docker provider.
+func TestNoLibraryBanner(t *testing.T) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build quorumbed: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "quorumbed")
+	if out, err := exec.Command(gocmd, "build", "-o", bin, "github.com/quorumlock/quorumlock/cmd/quorumbed").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/quorumbed: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "bed", "-redis", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("quorumbed bed: %v\n%s", err, out)
+	}
+	t.Logf("quorumbed bed:\n%s", out)
+	for _, banner := range []string{"Testcontainers", "SessionID", "Connected to docker"} {
+		if strings.Contains(string(out), banner) {
+			t.Errorf("quorumbed printed the library's banner (%q):\n%s", banner, out)
+		}
 	}
 }

@@ -95,6 +95,9 @@ func (v Violation) String() string { return v.Check + ": " + v.Detail }
 type Report struct {
 	// Checked counts the rows and responses examined.
 	Checked int
+	// Rows and Answers count them apart: the order rows and the answers
+	// to POST /orders.
+	Rows, Answers int
 	// Violations lists each violation found, in the order of [Checks].
 	Violations []Violation
 }
@@ -107,16 +110,25 @@ func (r Report) Caught(check string) bool {
 	return slices.ContainsFunc(r.Violations, func(v Violation) bool { return v.Check == check })
 }
 
-// String summarises the report, one violation a line.
+// String summarises the report: what was checked, over what, and then one
+// violation a line.
 func (r Report) String() string {
+	what := fmt.Sprintf("%s over %s and %s", strings.Join(Checks(), ", "), plural(r.Rows, "order row"), plural(r.Answers, "answer"))
 	if r.OK() {
-		return fmt.Sprintf("%d checked, no violations", r.Checked)
+		return what + ": no violations"
 	}
 	lines := make([]string, len(r.Violations))
 	for i, v := range r.Violations {
 		lines[i] = v.String()
 	}
-	return fmt.Sprintf("%d checked, %d violations:\n  %s", r.Checked, len(r.Violations), strings.Join(lines, "\n  "))
+	return fmt.Sprintf("%s: %d violations:\n  %s", what, len(r.Violations), strings.Join(lines, "\n  "))
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func (r *Report) add(check, format string, args ...any) {
@@ -127,7 +139,7 @@ func (r *Report) add(check, format string, args ...any) {
 // checks): stock holds every product the run stocked, rows the orders
 // table at the end, responses every answer the clients got, in any order.
 func Orders(stock map[string]Stock, rows []OrderRow, responses []Response) Report {
-	r := Report{Checked: len(rows) + len(responses)}
+	r := Report{Checked: len(rows) + len(responses), Rows: len(rows), Answers: len(responses)}
 	type ukey struct{ user, key string }
 	ukeyCmp := func(a, b ukey) int { return strings.Compare(a.user+"\x00"+a.key, b.user+"\x00"+b.key) }
 	perKey := map[ukey][]string{}

@@ -25,11 +25,13 @@ func cleanRun() (map[string]audit.Stock, []audit.OrderRow, []audit.Response) {
 func TestOrdersAcceptsCleanRun(t *testing.T) {
 	stock, rows, resps := cleanRun()
 	r := audit.Orders(stock, rows, resps)
-	if !r.OK() || r.Checked != 4 {
+	if !r.OK() || r.Checked != 4 || r.Rows != 1 || r.Answers != 3 {
 		t.Fatalf("clean run judged %v", r)
 	}
-	if got := r.String(); got != "4 checked, no violations" {
-		t.Fatalf("String() = %q", got)
+	// The summary names what was checked and over what.
+	want := "one_order_per_key, non_negative_stock, no_oversell, stock_balance, same_answer, answer_matches_row over 1 order row and 3 answers: no violations"
+	if got := r.String(); got != want {
+		t.Fatalf("String() = %q, want %q", got, want)
 	}
 	if got := audit.Summary(resps); got != "201:2 202:1" {
 		t.Fatalf("summary %q", got)
