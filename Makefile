@@ -17,10 +17,10 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 .PHONY: help deps images lint test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
 
 help:
-	@echo "make demo    start the test bed and run the main job"
+	@echo "make demo    run the main job on a test bed (docker when the images exist, else local processes; installs redis-server and postgresql only)"
 	@echo "make test    every test: lint, unit, race, integration on both providers"
-	@echo "make images  build the local Redis, Postgres and Prometheus images from Debian packages"
-	@echo "make deps    install redis-server, postgresql, debootstrap, promtool (prometheus) and, where docker is, docker-compose when missing"
+	@echo "make images  build the local Redis, Postgres, Prometheus and etcd images from Debian packages"
+	@echo "make deps    install redis-server, postgresql, etcd-server, debootstrap, promtool (prometheus) and, where docker is, docker-compose when missing"
 	@echo "make bench   the benchmarks"
 	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
 	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
@@ -83,11 +83,10 @@ fuzz:
 build:
 	$(GO) build ./...
 
-demo: images
-	$(GO) build -o bin/ordersd ./cmd/ordersd
-	$(GO) build -o bin/quorumctl ./cmd/quorumctl
-	$(GO) build -o bin/shipper ./cmd/shipper
-	$(GO) run ./cmd/quorumbed demo -ordersd bin/ordersd -quorumctl bin/quorumctl -shipper bin/shipper
+# The demo installs only what it needs (redis-server and PostgreSQL when it
+# runs on local processes) and builds no image: see scripts/demo.sh.
+demo:
+	@GO=$(GO) bash scripts/demo.sh
 
 # The stack of compose/docker-compose.yml (project "quorumlock", from
 # compose/.env), healthy or a report of what is not; compose/README.md.

@@ -1,40 +1,62 @@
 #!/usr/bin/env bash
 # Installs what the test bed and the demo need from Debian packages, when it
-# is missing: redis-server and PostgreSQL for the local provider, debootstrap
-# for building the Docker images, prometheus for promtool (the alert rules'
-# checks and unit tests in deploy/prometheus), and docker-compose where a
-# Docker CLI is installed (make up, and the compose smoke test, which fails
-# without it under CI=true). As a non-root user it prints the command
-# instead of running it.
+# is missing.
+#
+#   scripts/deps.sh          everything `make test` needs: redis-server,
+#                            PostgreSQL and etcd-server for the local
+#                            provider, debootstrap for building the Docker
+#                            images, prometheus for promtool (the alert rules'
+#                            checks and unit tests in deploy/prometheus), and
+#                            docker-compose where a Docker CLI is installed
+#                            (make up, and the compose smoke test, which fails
+#                            without it under CI=true)
+#   scripts/deps.sh demo     only what `make demo` needs on local processes:
+#                            redis-server and PostgreSQL
+#
+# As a non-root user it prints the command instead of running it.
 set -euo pipefail
+
+scope=${1:-all}
+case $scope in
+all | demo) ;;
+*) echo "usage: $0 [all|demo]" >&2; exit 2 ;;
+esac
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   missing+=(postgresql)
 fi
-command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
-if command -v docker >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
-  missing+=(docker-compose)
+if [ "$scope" = all ]; then
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+  if command -v docker >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+    missing+=(docker-compose)
+  fi
 fi
 
-# The prometheus package may start a Prometheus server on :9090. Only
-# promtool is wanted: stop and disable the service so that nothing listens
-# there while the tests run.
-stop_prometheus() {
+# The prometheus and etcd-server packages may start their servers (on
+# :9090, and :2379/:2380). Only promtool and the etcd binary are wanted: the
+# bed starts its own members on free ports. Stop and disable the services
+# so that nothing listens there while the tests run.
+stop_service() {
   [ "$(id -u)" -eq 0 ] || return 0
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    systemctl disable --now "$1.service" >/dev/null 2>&1 || true
   fi
-  if [ -x /etc/init.d/prometheus ]; then
-    /etc/init.d/prometheus stop >/dev/null 2>&1 || true
-    command -v update-rc.d >/dev/null 2>&1 && update-rc.d prometheus disable >/dev/null 2>&1 || true
+  if [ -x "/etc/init.d/$1" ]; then
+    "/etc/init.d/$1" stop >/dev/null 2>&1 || true
+    command -v update-rc.d >/dev/null 2>&1 && update-rc.d "$1" disable >/dev/null 2>&1 || true
   fi
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, postgresql, debootstrap and promtool are installed$(command -v docker-compose >/dev/null 2>&1 && echo ', and docker-compose')"
+  if [ "$scope" = demo ]; then
+    echo "deps: redis-server and postgresql are installed"
+  else
+    echo "deps: redis-server, postgresql, etcd, debootstrap and promtool are installed$(command -v docker-compose >/dev/null 2>&1 && echo ', and docker-compose')"
+  fi
   exit 0
 fi
 
@@ -47,7 +69,8 @@ fi
 echo "deps: installing ${missing[*]}"
 for attempt in 1 2 3; do
   if sh -c "$cmd"; then
-    case " ${missing[*]} " in *" prometheus "*) stop_prometheus ;; esac
+    case " ${missing[*]} " in *" prometheus "*) stop_service prometheus ;; esac
+    case " ${missing[*]} " in *" etcd-server "*) stop_service etcd ;; esac
     exit 0
   fi
   echo "deps: apt-get failed (attempt $attempt), retrying" >&2
