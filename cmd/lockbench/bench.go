@@ -26,7 +26,11 @@ type bench struct {
 	// fault scenarios (nil when none runs).
 	directClients, proxiedClients []redis.UniversalClient
 	direct, proxied               *contenderSet
-	progress                      *benchkit.Progress
+	// mixedClients and mixed: the instances of the mixed scenarios, each
+	// with its own clients on the direct addresses (nil when none runs).
+	mixedClients [][]redis.UniversalClient
+	mixed        []*contenderSet
+	progress     *benchkit.Progress
 }
 
 // setUp starts the bed (without -addrs), opens the clients, builds and
@@ -67,10 +71,7 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 		}
 		b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + cfg.fsync
 	}
-	pool := 8
-	for _, sc := range cfg.scenarios {
-		pool = max(pool, 2*sc.workers+8)
-	}
+	pool := directPool(cfg.scenarios)
 	b.directClients = openClients(addrs, pool)
 	if b.direct, err = newContenders(b.directClients, cfg); err != nil {
 		return nil, err
@@ -85,16 +86,43 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 		}
 	}
 	for _, set := range []*contenderSet{b.direct, b.proxied} {
-		if set == nil {
-			continue
+		if err := b.warmSet(ctx, set, "warm"); err != nil {
+			return nil, err
 		}
-		for i, c := range set.list {
-			if err := warm(ctx, c, fmt.Sprintf("lockbench:%s:warm:%d", b.runID, i), 3*cfg.ttl); err != nil {
-				return nil, fmt.Errorf("%s: warm-up: %w", c.name, err)
-			}
+	}
+	if pool := mixedPool(cfg.scenarios); pool > 0 {
+		if err := b.openMixed(ctx, addrs, pool); err != nil {
+			return nil, err
 		}
 	}
 	return b, nil
+}
+
+// directPool is the client pool size of the direct and proxied clients:
+// room for every worker of the largest scenario they run with a request
+// out on each node (the mixed scenarios run on clients of their own).
+func directPool(scs []scenario) int {
+	pool := 8
+	for _, sc := range scs {
+		if sc.kind != kindMixed {
+			pool = max(pool, 2*sc.workers+8)
+		}
+	}
+	return pool
+}
+
+// warmSet warms every contender of set (none when nil) up, on keys named
+// after tag.
+func (b *bench) warmSet(ctx context.Context, set *contenderSet, tag string) error {
+	if set == nil {
+		return nil
+	}
+	for i, c := range set.list {
+		if err := warm(ctx, c, fmt.Sprintf("lockbench:%s:%s:%d", b.runID, tag, i), 3*b.cfg.ttl); err != nil {
+			return fmt.Errorf("%s: warm-up: %w", c.name, err)
+		}
+	}
+	return nil
 }
 
 // openClients opens one go-redis client per address, with the options the
@@ -116,6 +144,7 @@ func (b *bench) close() {
 			_ = set.close()
 		}
 	}
+	b.closeMixed()
 	for _, c := range append(b.directClients, b.proxiedClients...) {
 		_ = c.Close()
 	}
@@ -152,8 +181,11 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 				n++
 			}
 		}
-		if sc.fault() {
+		switch {
+		case sc.fault():
 			n *= 2 // baseline and fault
+		case sc.kind == kindMixed:
+			n *= 3 // hot alone, distinct alone, both
 		}
 		total += n * b.cfg.rounds
 	}
@@ -171,9 +203,12 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 			r   *scenarioRun
 			err error
 		)
-		if sc.fault() {
+		switch {
+		case sc.fault():
 			r, err = b.runFault(ctx, sc)
-		} else {
+		case sc.kind == kindMixed:
+			r = b.runMixed(ctx, sc)
+		default:
 			r = b.runClean(ctx, sc)
 		}
 		if err != nil {

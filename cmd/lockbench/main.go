@@ -19,6 +19,13 @@
 //	             for -hot-duration; reports the acquire wait and fairness
 //	slow-node    the last node answers -slow-latency late (through the bed's proxy)
 //	node-down    the last node is frozen (SIGSTOP) for the scenario
+//	mixed-W-D-Hms
+//	             three instances of each contender (each its own clients and
+//	             Locker or Redsync, like three service processes) on the same
+//	             nodes, each with W waiters on one hot key (hold H ms) and D
+//	             workers on distinct keys; each round runs, for -hot-duration
+//	             each, the hot key alone, the distinct keys alone, then both,
+//	             and reports each kind's rate alone and in the mix
 //
 // Rounds interleave the contenders (A B C, then B C A, ...) so a machine
 // whose speed drifts during the run shifts every contender alike. With no
@@ -81,15 +88,15 @@ func parse(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	addrs := fs.String("addrs", "", "comma-separated Redis masters (default: start a test bed)")
 	only := fs.String("only", "", "comma-separated contenders to run (default: all): "+strings.Join(contenderNames, ", "))
-	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: solo-N, hot-N-Hms, slow-node, node-down")
+	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: solo-N, hot-N-Hms, slow-node, node-down, mixed-W-D-Hms")
 	fs.IntVar(&c.nodes, "nodes", 5, "masters in the bed started when -addrs is empty")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds; each runs every contender once per scenario")
 	fs.IntVar(&c.ops, "ops", 2000, "lock+unlock pairs per contender per round in the solo and fault scenarios")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lock TTL")
 	fs.DurationVar(&c.timeout, "node-timeout", 0, "quorumlock per-node timeout (0: the library default)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed started when -addrs is empty: always, everysec or off")
-	fs.DurationVar(&c.hotDuration, "hot-duration", 2*time.Second, "length of one contender's round in the hot scenarios")
-	fs.DurationVar(&c.opTimeout, "op-timeout", 2*time.Second, "bound of one lock+unlock pair in the fault scenarios, and of one unlock in the hot ones")
+	fs.DurationVar(&c.hotDuration, "hot-duration", 2*time.Second, "length of one contender's round in the hot scenarios, and of each of its three phases in the mixed ones")
+	fs.DurationVar(&c.opTimeout, "op-timeout", 2*time.Second, "bound of one lock+unlock pair in the fault scenarios, and of one unlock in the hot and mixed ones")
 	fs.DurationVar(&c.faultBudget, "fault-budget", 5*time.Second, "a fault scenario's round of one contender starts no pair after this long")
 	fs.DurationVar(&c.slowLatency, "slow-latency", 20*time.Millisecond, "latency added to the last node in slow-node")
 	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")

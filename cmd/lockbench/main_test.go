@@ -62,30 +62,77 @@ func TestParseRejectsBadFlags(t *testing.T) {
 
 func TestParseScenario(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		kind    kind
-		workers int
-		hold    time.Duration
+		name     string
+		kind     kind
+		workers  int
+		distinct int
+		hold     time.Duration
 	}{
-		{"solo-1", kindSolo, 1, 0},
-		{"solo-16", kindSolo, 16, 0},
-		{"hot-16-0ms", kindHot, 16, 0},
-		{"hot-64-1ms", kindHot, 64, time.Millisecond},
-		{"hot-2-250ms", kindHot, 2, 250 * time.Millisecond},
-		{"slow-node", kindSlowNode, 1, 0},
-		{"node-down", kindNodeDown, 1, 0},
+		{"solo-1", kindSolo, 1, 0, 0},
+		{"solo-16", kindSolo, 16, 0, 0},
+		{"hot-16-0ms", kindHot, 16, 0, 0},
+		{"hot-64-1ms", kindHot, 64, 0, time.Millisecond},
+		{"hot-2-250ms", kindHot, 2, 0, 250 * time.Millisecond},
+		{"slow-node", kindSlowNode, 1, 0, 0},
+		{"node-down", kindNodeDown, 1, 0, 0},
+		{"mixed-100-22-1ms", kindMixed, 100, 22, time.Millisecond},
+		{"mixed-1-1024-0ms", kindMixed, 1, 1024, 0},
+		{"mixed-1024-1-1000ms", kindMixed, 1024, 1, time.Second},
 	} {
 		sc, err := parseScenario(tc.name)
-		if err != nil || sc.name != tc.name || sc.kind != tc.kind || sc.workers != tc.workers || sc.hold != tc.hold {
+		if err != nil || sc.name != tc.name || sc.kind != tc.kind || sc.workers != tc.workers || sc.distinct != tc.distinct || sc.hold != tc.hold {
 			t.Errorf("parseScenario(%q) = %+v, %v", tc.name, sc, err)
 		}
 	}
-	if !(scenario{kind: kindNodeDown}).fault() || (scenario{kind: kindHot}).fault() {
+	for _, name := range []string{
+		"mixed", "mixed-", "mixed-1-1", "mixed-1-1ms", "mixed-1-1-1ms-1", "mixed-1-1-1ms-",
+		"mixed-0-1-1ms", "mixed-1-0-1ms", "mixed-1025-1-1ms", "mixed-1-1025-1ms", "mixed-1-1-1001ms",
+		"mixed-1-1-1s", "mixed-1-1-1", "mixed-1-1-ms", "mixed-1-1--1ms", "mixed-01-1-1ms", "mixed-1-01-1ms",
+		"mixed-1-1-01ms", "mixed-+1-1-1ms", "mixed-x-1-1ms", "mixed-1-x-1ms", "mixed-1--1-1ms", "Mixed-1-1-1ms",
+	} {
+		if _, err := parseScenario(name); err == nil || !strings.Contains(err.Error(), "unknown scenario") || !strings.Contains(err.Error(), "mixed-W-D-Hms") {
+			t.Errorf("parseScenario(%q): %v, want an unknown-scenario error", name, err)
+		}
+	}
+	if !(scenario{kind: kindNodeDown}).fault() || (scenario{kind: kindHot}).fault() || (scenario{kind: kindMixed}).fault() {
 		t.Error("fault() is wrong")
 	}
 	waits := contender{wait: func(context.Context, string) (held, error) { return nothingHeld{}, nil }}
-	if !(scenario{kind: kindHot}).runs(waits) || (scenario{kind: kindHot}).runs(contender{}) || !(scenario{kind: kindSolo}).runs(contender{}) {
+	if !(scenario{kind: kindHot}).runs(waits) || (scenario{kind: kindHot}).runs(contender{}) || !(scenario{kind: kindSolo}).runs(contender{}) ||
+		!(scenario{kind: kindMixed}).runs(waits) || (scenario{kind: kindMixed}).runs(contender{}) {
 		t.Error("runs() is wrong")
+	}
+	if kindMixed.String() != "mixed" || defaultScenarios[len(defaultScenarios)-1] != "mixed-100-22-1ms" {
+		t.Error("mixed is not named mixed, or not last in the default scenarios")
+	}
+}
+
+// TestMixedFigures checks the ratios of a mixed tally: per round, over the
+// rounds whose alone rate was above 0, summarised by their median.
+func TestMixedFigures(t *testing.T) {
+	mt := &mixedTally{hotAlone: &tally{}, hotMix: &tally{}, distinctAlone: &tally{}, distinctMix: &tally{}}
+	rate := func(ok int) sample { return sample{ok: ok, elapsed: time.Second} }
+	mt.addRound(rate(100), rate(1000), rate(50), rate(900))
+	mt.addRound(rate(100), rate(0), rate(10), rate(500))
+	mt.addRound(rate(100), rate(1000), rate(30), rate(700))
+	m := mixedFigures(mt)
+	if !slices.Equal(m.HotMixedVsAlonePerRound, []float64{0.5, 0.1, 0.3}) || m.HotMixedVsAlone == nil || *m.HotMixedVsAlone != 0.3 {
+		t.Errorf("hot ratios %v, median %v", m.HotMixedVsAlonePerRound, m.HotMixedVsAlone)
+	}
+	if !slices.Equal(m.DistinctMixedVsAlonePerRound, []float64{0.9, 0.7}) || m.DistinctMixedVsAlone == nil || *m.DistinctMixedVsAlone != 0.8 {
+		t.Errorf("distinct ratios %v, median %v", m.DistinctMixedVsAlonePerRound, m.DistinctMixedVsAlone)
+	}
+	if m.HotMixed.MedianPerSecond != 30 || m.DistinctAlone.MedianPerSecond != 1000 || m.HotMixed.MinShare == nil || m.DistinctMixed.MinShare != nil {
+		t.Errorf("figures %+v", m)
+	}
+	cs := []contenderJSON{{Name: nameQuorum, Mixed: m}, {Name: nameRedsync, Mixed: mixedFigures(mt)}}
+	mixedVsRedsync(cs)
+	if cs[0].Mixed.HotMixedVsRedsync == nil || *cs[0].Mixed.HotMixedVsRedsync != 1 || cs[0].Mixed.DistinctMixedVsRedsync == nil {
+		t.Errorf("vs redsync: %+v", cs[0].Mixed)
+	}
+	empty := mixedFigures(&mixedTally{hotAlone: &tally{}, hotMix: &tally{}, distinctAlone: &tally{}, distinctMix: &tally{}})
+	if empty.HotMixedVsAlone != nil || empty.HotMixedVsAlonePerRound == nil || empty.DistinctMixedVsAlone != nil {
+		t.Errorf("no rounds: %+v", empty)
 	}
 }
 
@@ -174,6 +221,9 @@ func TestPlotEdgeCases(t *testing.T) {
 		{Name: "node-down", Kind: kindNodeDown.String(), raw: []*scenarioCurve{{name: nameFloor}}},
 		{Name: "solo-1", Kind: kindSolo.String(), raw: []*scenarioCurve{{name: nameQuorum, fault: ms(1, 1, 1)}}},
 		{Name: "hot-2-0ms", Kind: kindHot.String(), raw: []*scenarioCurve{{name: nameRedsync, fault: []time.Duration{1}}}},
+		{Name: "mixed-2-1-0ms", Kind: kindMixed.String(),
+			raw:         []*scenarioCurve{{name: nameQuorum, fault: ms(5, 9), baseline: ms(1, 2), baseLabel: " (alone)"}},
+			rawDistinct: []*scenarioCurve{{name: nameQuorum, baseLabel: " (alone)"}}},
 	}}
 	path := filepath.Join(t.TempDir(), "p.png")
 	if err := writePlot(path, s); err != nil {
@@ -404,4 +454,95 @@ func TestRunEndToEnd(t *testing.T) {
 		}
 	}
 	checkPNG(t, plotPath)
+}
+
+// TestRunMixed runs a tiny mixed scenario end to end on the bed lockbench
+// starts: three instances of every contender that waits, the hot key and
+// the distinct keys each alone and together. Every such contender must
+// hand the hot key over and finish distinct pairs in the mix, with no
+// error (generous TTL and node timeout, as in TestRunEndToEnd), and the
+// table and the JSON must hold the mixed figures.
+func TestRunMixed(t *testing.T) {
+	if os.Getenv(testbed.EnvProvider) == "" {
+		t.Setenv(testbed.EnvProvider, testbed.ProviderLocal)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	var out strings.Builder
+	err := run(ctx, []string{"-rounds", "1", "-hot-duration", "300ms", "-scenarios", "mixed-4-2-1ms",
+		"-ttl", "20s", "-node-timeout", "2s", "-json", jsonPath, "-quiet"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := out.String()
+	waiting := slices.DeleteFunc(slices.Clone(contenderNames), func(n string) bool { return n == nameFloor })
+	rows := tableRows(t, report, "mixed-4-2-1ms")
+	for _, name := range waiting {
+		// hot/s mixed, distinct/s mixed, errors.
+		if r, ok := rows[name]; !ok || len(r) != 14 || r[2] == "0" || r[5] == "0" || r[11] != "0" {
+			t.Errorf("contender %s missing, idle in the mix or with errors: %q", name, r)
+		}
+	}
+	if _, ok := rows[nameFloor]; ok || !strings.Contains(report, "not run (cannot wait for a held key): floor") {
+		t.Error("floor ran the mixed scenario")
+	}
+	if t.Failed() {
+		t.Fatalf("report:\n%s", report)
+	}
+	checkMixedJSON(t, jsonPath, waiting)
+}
+
+// checkMixedJSON checks the mixed figures lockbench wrote to path: every
+// contender of want ran every phase with successes and no error, and the
+// ratios are there.
+func checkMixedJSON(t *testing.T, path string, want []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Scenarios []struct {
+			Kind            string
+			Workers         int
+			DistinctWorkers int `json:"distinct_workers"`
+			Instances       int
+			Skipped         []string
+			Contenders      []struct {
+				Name  string
+				Mixed *mixedJSON
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, b)
+	}
+	if len(got.Scenarios) != 1 {
+		t.Fatalf("JSON: %d scenarios", len(got.Scenarios))
+	}
+	sc := got.Scenarios[0]
+	if sc.Kind != "mixed" || sc.Workers != 4 || sc.DistinctWorkers != 2 || sc.Instances != mixedInstances || !slices.Equal(sc.Skipped, []string{nameFloor}) {
+		t.Errorf("JSON: scenario %+v", sc)
+	}
+	var names []string
+	for _, c := range sc.Contenders {
+		names = append(names, c.Name)
+		m := c.Mixed
+		if m == nil || m.Errors != 0 || m.HotMixedVsAlone == nil || m.DistinctMixedVsAlone == nil || len(m.HotMixedVsAlonePerRound) != 1 {
+			t.Errorf("JSON: %s: %+v", c.Name, m)
+			continue
+		}
+		for _, p := range []phaseJSON{m.HotAlone, m.HotMixed, m.DistinctAlone, m.DistinctMixed} {
+			if p.Ops <= 0 || p.MedianPerSecond <= 0 || len(p.PerSecondPerRound) != 1 || p.Pair.Count != p.Ops || p.Pair.P50ns <= 0 {
+				t.Errorf("JSON: %s: phase %+v", c.Name, p)
+			}
+		}
+		if m.HotMixed.Acquire.Count == 0 || m.HotMixed.MinShare == nil || m.HotMixedVsRedsync == nil {
+			t.Errorf("JSON: %s: %+v", c.Name, m)
+		}
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("JSON: contenders %q, want %q", names, want)
+	}
 }

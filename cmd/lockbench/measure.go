@@ -140,9 +140,8 @@ func onePair(ctx context.Context, c contender, key string, opTimeout time.Durati
 }
 
 // measureHot has workers goroutines contend for key for duration: each
-// loops acquire (waiting, with the contender's own retries), hold, unlock.
-// A wait the end of the round interrupts counts as nothing; a wait that
-// fails before it counts as an error. Each unlock runs under opTimeout.
+// loops acquire (waiting, with the contender's own retries), hold, unlock
+// (see hotLoop).
 func measureHot(ctx context.Context, c contender, key string, workers int, hold, duration, opTimeout time.Duration) sample {
 	end := time.Now().Add(duration)
 	round, cancel := context.WithDeadline(ctx, end)
@@ -155,30 +154,7 @@ func measureHot(ctx context.Context, c contender, key string, workers int, hold,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l := &logs[w]
-			for round.Err() == nil {
-				t := time.Now()
-				h, err := c.wait(round, key)
-				if err != nil {
-					// A request cut by the round's deadline can fail
-					// (an i/o timeout) a moment before the context
-					// reports that it ended.
-					if round.Err() != nil || !time.Now().Before(end) {
-						return
-					}
-					l.fail(err)
-					continue
-				}
-				waited := time.Since(t)
-				if hold > 0 {
-					time.Sleep(hold)
-				}
-				if err := unlockWithin(ctx, h, opTimeout); err != nil {
-					l.fail(err)
-					continue
-				}
-				l.success(waited, time.Since(t))
-			}
+			hotLoop(ctx, round, c, key, hold, opTimeout, &logs[w])
 		}()
 	}
 	wg.Wait()
@@ -186,6 +162,37 @@ func measureHot(ctx context.Context, c contender, key string, workers int, hold,
 	s.mallocs = mallocs() - m0
 	s.merge(logs)
 	return s
+}
+
+// hotLoop is one waiter on a hot key until round (a context with a
+// deadline) ends: acquire (waiting, with the contender's own retries),
+// hold, unlock, logging each acquisition into l. A wait the end of the
+// round interrupts counts as nothing; a wait that fails before it counts
+// as an error. Each unlock runs under opTimeout, within ctx.
+func hotLoop(ctx, round context.Context, c contender, key string, hold, opTimeout time.Duration, l *workerLog) {
+	end, _ := round.Deadline()
+	for round.Err() == nil {
+		t := time.Now()
+		h, err := c.wait(round, key)
+		if err != nil {
+			// A request cut by the round's deadline can fail (an i/o
+			// timeout) a moment before the context reports that it ended.
+			if round.Err() != nil || !time.Now().Before(end) {
+				return
+			}
+			l.fail(err)
+			continue
+		}
+		waited := time.Since(t)
+		if hold > 0 {
+			time.Sleep(hold)
+		}
+		if err := unlockWithin(ctx, h, opTimeout); err != nil {
+			l.fail(err)
+			continue
+		}
+		l.success(waited, time.Since(t))
+	}
 }
 
 // unlockWithin releases h under a deadline of d from now. It uses ctx, not

@@ -19,25 +19,28 @@ import (
 // cdfPoints bounds the points of one CDF line.
 const cdfPoints = 400
 
-// writePlot draws one latency CDF panel per scenario, one line per
-// contender (dashed: the same contender without the fault), on a log
-// latency axis, into one PNG file at path. Hot scenarios plot the acquire
-// wait, the others the whole lock+unlock pair.
+// writePlot draws latency CDF panels, one line per contender (dashed: the
+// same contender without the fault, or alone), on a log latency axis, into
+// one PNG file at path. Each scenario has one panel, a mixed one two.
 func writePlot(path string, s runJSON) error {
 	if len(s.Scenarios) == 0 {
 		return fmt.Errorf("-plot: no scenario ran")
 	}
+	var panels []*plot.Plot
+	for _, sj := range s.Scenarios {
+		ps, err := scenarioPanels(sj)
+		if err != nil {
+			return fmt.Errorf("-plot: %s: %w", sj.Name, err)
+		}
+		panels = append(panels, ps...)
+	}
 	const cols = 2
-	rows := (len(s.Scenarios) + cols - 1) / cols
+	rows := (len(panels) + cols - 1) / cols
 	grid := make([][]*plot.Plot, rows)
 	for r := range grid {
 		grid[r] = make([]*plot.Plot, cols)
 	}
-	for i, sj := range s.Scenarios {
-		p, err := cdfPanel(sj)
-		if err != nil {
-			return fmt.Errorf("-plot: %s: %w", sj.Name, err)
-		}
+	for i, p := range panels {
 		grid[i/cols][i%cols] = p
 	}
 	img := vgimg.NewWith(vgimg.UseWH(cols*16*vg.Centimeter, vg.Length(rows)*11*vg.Centimeter), vgimg.UseDPI(96))
@@ -66,14 +69,34 @@ func writePlot(path string, s runJSON) error {
 	return nil
 }
 
-// cdfPanel draws one scenario's CDFs.
-func cdfPanel(sj scenarioJSON) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = sj.Name
-	p.X.Label.Text = "lock+unlock pair latency (ms)"
-	if sj.Kind == kindHot.String() {
-		p.X.Label.Text = "acquire wait (ms)"
+// scenarioPanels draws one scenario's panels: hot scenarios plot the
+// acquire wait, the solo and fault ones the whole lock+unlock pair, and a
+// mixed one the hot key's wait and the distinct keys' pairs, each alone
+// and in the mix.
+func scenarioPanels(sj scenarioJSON) ([]*plot.Plot, error) {
+	const pairLabel = "lock+unlock pair latency (ms)"
+	switch sj.Kind {
+	case kindHot.String():
+		p, err := cdfPanel(sj.Name, "acquire wait (ms)", sj.raw)
+		return []*plot.Plot{p}, err
+	case kindMixed.String():
+		hot, err := cdfPanel(sj.Name+": hot key", "hot key acquire wait (ms)", sj.raw)
+		if err != nil {
+			return nil, err
+		}
+		distinct, err := cdfPanel(sj.Name+": distinct keys", "distinct try+unlock pair latency (ms)", sj.rawDistinct)
+		return []*plot.Plot{hot, distinct}, err
 	}
+	p, err := cdfPanel(sj.Name, pairLabel, sj.raw)
+	return []*plot.Plot{p}, err
+}
+
+// cdfPanel draws one panel of CDFs, one line per curve and one more,
+// dashed, for its baseline.
+func cdfPanel(title, xLabel string, curves []*scenarioCurve) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = xLabel
 	p.Y.Label.Text = "fraction of successful pairs"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
@@ -82,12 +105,16 @@ func cdfPanel(sj scenarioJSON) (*plot.Plot, error) {
 	p.Legend.Left = false
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for i, c := range sj.raw {
+	for i, c := range curves {
+		baseLabel := c.baseLabel
+		if baseLabel == "" {
+			baseLabel = " (no fault)"
+		}
 		for _, line := range []struct {
 			ds     []time.Duration
 			label  string
 			dashed bool
-		}{{c.fault, c.name, false}, {c.baseline, c.name + " (no fault)", true}} {
+		}{{c.fault, c.name, false}, {c.baseline, c.name + baseLabel, true}} {
 			if len(line.ds) == 0 {
 				continue
 			}

@@ -37,23 +37,31 @@ type configJSON struct {
 	SlowLatencyNs int64    `json:"slow_latency_ns"`
 }
 
-// scenarioJSON is one scenario's figures, one entry per contender.
+// scenarioJSON is one scenario's figures, one entry per contender. In a
+// mixed scenario Workers is the hot waiters per instance, DistinctWorkers
+// the distinct-key workers per instance, and Instances how many instances
+// of each contender ran side by side.
 type scenarioJSON struct {
-	Name       string           `json:"name"`
-	Kind       string           `json:"kind"`
-	Workers    int              `json:"workers"`
-	HoldNs     int64            `json:"hold_ns"`
-	FaultNode  string           `json:"fault_node,omitempty"`
-	Contenders []contenderJSON  `json:"contenders"`
-	Skipped    []string         `json:"skipped,omitempty"`
-	raw        []*scenarioCurve // for the plot
+	Name            string           `json:"name"`
+	Kind            string           `json:"kind"`
+	Workers         int              `json:"workers"`
+	DistinctWorkers int              `json:"distinct_workers,omitempty"`
+	Instances       int              `json:"instances,omitempty"`
+	HoldNs          int64            `json:"hold_ns"`
+	FaultNode       string           `json:"fault_node,omitempty"`
+	Contenders      []contenderJSON  `json:"contenders"`
+	Skipped         []string         `json:"skipped,omitempty"`
+	raw             []*scenarioCurve // for the plot
+	rawDistinct     []*scenarioCurve // mixed: the distinct keys' pairs, for a second panel
 }
 
 // contenderJSON is one contender's figures in one scenario. Ops and
 // latencies count successful pairs (acquisitions in a hot scenario);
 // errors are counted apart. AllocsPerOp is the process-wide heap
 // allocation count over the contender's measured runs divided by its
-// attempted pairs.
+// attempted pairs. In a mixed scenario the top-level figures are those of
+// the hot key in the mix (AllocsPerOp is not measured there: 0), and Mixed
+// holds every phase.
 type contenderJSON struct {
 	Name               string                `json:"name"`
 	ThroughputPerRound []float64             `json:"throughput_per_round"`
@@ -71,13 +79,17 @@ type contenderJSON struct {
 	VsQuorumlock       *float64              `json:"throughput_vs_quorumlock,omitempty"`
 	Baseline           *contenderJSON        `json:"baseline,omitempty"`
 	PairP50VsBaseline  *float64              `json:"pair_p50_vs_baseline,omitempty"`
+	Mixed              *mixedJSON            `json:"mixed,omitempty"`
 }
 
 // scenarioCurve is the latencies one plot line is drawn from.
 type scenarioCurve struct {
 	name     string
 	fault    []time.Duration // the scenario's latencies
-	baseline []time.Duration // fault scenarios: without the fault
+	baseline []time.Duration // fault scenarios: without the fault; mixed: alone
+	// baseLabel follows the contender's name in the baseline's legend
+	// (default " (no fault)").
+	baseLabel string
 }
 
 // summarizeRun computes every reported figure from the raw results.
@@ -96,44 +108,61 @@ func summarizeRun(res *results) runJSON {
 		out.Config.Fsync = c.fsync
 	}
 	for _, r := range res.runs {
-		sj := scenarioJSON{Name: r.sc.name, Kind: r.sc.kind.String(), Workers: r.sc.workers, HoldNs: int64(r.sc.hold), Skipped: r.skipped}
-		if r.sc.fault() {
-			sj.FaultNode = res.faultNode
-		}
-		for i, t := range r.tallies {
-			cj := contenderFigures(t, r.sc.kind == kindHot)
-			curve := &scenarioCurve{name: t.name, fault: t.pair}
-			if r.sc.kind == kindHot {
-				curve.fault = t.acquire
-			}
-			if r.baselines != nil {
-				b := contenderFigures(r.baselines[i], false)
-				cj.Baseline = &b
-				if b.Pair.Count > 0 && cj.Pair.Count > 0 {
-					cj.PairP50VsBaseline = ptr(benchkit.Ratio(float64(cj.Pair.P50ns), float64(b.Pair.P50ns)))
-				}
-				curve.baseline = r.baselines[i].pair
-			}
-			sj.Contenders = append(sj.Contenders, cj)
-			sj.raw = append(sj.raw, curve)
-		}
-		for i := range sj.Contenders {
-			for _, ref := range sj.Contenders {
-				if ref.MedianThroughput <= 0 {
-					continue
-				}
-				x := ptr(benchkit.Ratio(sj.Contenders[i].MedianThroughput, ref.MedianThroughput))
-				switch ref.Name {
-				case nameRedsync:
-					sj.Contenders[i].VsRedsync = x
-				case nameQuorum:
-					sj.Contenders[i].VsQuorumlock = x
-				}
-			}
-		}
-		out.Scenarios = append(out.Scenarios, sj)
+		out.Scenarios = append(out.Scenarios, scenarioFigures(r, res.faultNode))
 	}
 	return out
+}
+
+// scenarioFigures computes one scenario's figures; faultNode is the node
+// the fault scenarios slow down or freeze.
+func scenarioFigures(r *scenarioRun, faultNode string) scenarioJSON {
+	sj := scenarioJSON{Name: r.sc.name, Kind: r.sc.kind.String(), Workers: r.sc.workers, HoldNs: int64(r.sc.hold), Skipped: r.skipped}
+	if r.sc.fault() {
+		sj.FaultNode = faultNode
+	}
+	if r.sc.kind == kindMixed {
+		sj.DistinctWorkers, sj.Instances = r.sc.distinct, mixedInstances
+	}
+	for i, t := range r.tallies {
+		cj := contenderFigures(t, r.sc.contended())
+		curve := &scenarioCurve{name: t.name, fault: t.pair}
+		if r.sc.contended() {
+			curve.fault = t.acquire
+		}
+		if r.mixed != nil {
+			mt := r.mixed[i]
+			cj.Mixed = mixedFigures(mt)
+			curve.baseline, curve.baseLabel = mt.hotAlone.acquire, " (alone)"
+			sj.rawDistinct = append(sj.rawDistinct, &scenarioCurve{name: t.name, fault: mt.distinctMix.pair,
+				baseline: mt.distinctAlone.pair, baseLabel: " (alone)"})
+		}
+		if r.baselines != nil {
+			b := contenderFigures(r.baselines[i], false)
+			cj.Baseline = &b
+			if b.Pair.Count > 0 && cj.Pair.Count > 0 {
+				cj.PairP50VsBaseline = ptr(benchkit.Ratio(float64(cj.Pair.P50ns), float64(b.Pair.P50ns)))
+			}
+			curve.baseline = r.baselines[i].pair
+		}
+		sj.Contenders = append(sj.Contenders, cj)
+		sj.raw = append(sj.raw, curve)
+	}
+	for i := range sj.Contenders {
+		for _, ref := range sj.Contenders {
+			if ref.MedianThroughput <= 0 {
+				continue
+			}
+			x := ptr(benchkit.Ratio(sj.Contenders[i].MedianThroughput, ref.MedianThroughput))
+			switch ref.Name {
+			case nameRedsync:
+				sj.Contenders[i].VsRedsync = x
+			case nameQuorum:
+				sj.Contenders[i].VsQuorumlock = x
+			}
+		}
+	}
+	mixedVsRedsync(sj.Contenders)
+	return sj
 }
 
 // contenderFigures summarises one tally.
@@ -177,51 +206,66 @@ func writeJSON(path string, s runJSON) error {
 // report prints one markdown table per scenario.
 func report(out io.Writer, s runJSON) {
 	c := s.cfg
-	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds, %d pairs per round (solo and fault scenarios), %v per round (hot), ttl %v\n",
+	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds, %d pairs per round (solo and fault scenarios), %v per round (hot; per phase in mixed), ttl %v\n",
 		s.Nodes, s.Provider, c.rounds, c.ops, c.hotDuration, c.ttl)
 	fmt.Fprintln(out, "ops/s: median over rounds of successful pairs per second; latencies over every successful pair of every round;")
 	fmt.Fprintln(out, "allocs/op: heap allocations of the whole process during the contender's runs (in fault scenarios, the bed's in-process proxy included) per attempted pair.")
 	for _, sj := range s.Scenarios {
 		fmt.Fprintf(out, "\n### %s: %s\n\n", sj.Name, describe(sj, c))
-		switch sj.Kind {
-		case kindHot.String():
-			fmt.Fprintln(out, "| contender | acquisitions/s | wait p50 | wait p99 | wait p99.9 | pair p50 | pair p99 | pair p99.9 | min share | errors | allocs/op | vs redsync | vs quorumlock |")
-			fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		case kindSolo.String():
-			fmt.Fprintln(out, "| contender | ops/s | acquire p50 | acquire p99 | acquire p99.9 | pair p50 | pair p99 | pair p99.9 | errors | allocs/op | vs redsync | vs quorumlock |")
-			fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		default:
-			fmt.Fprintln(out, "| contender | ops/s | acquire p50 | acquire p99 | acquire p99.9 | pair p50 | pair p99 | pair p99.9 | errors | allocs/op | pair p50 without fault | with / without | vs redsync | vs quorumlock |")
-			fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		rows, errs := table, firstErrors
+		if sj.Kind == kindMixed.String() {
+			rows, errs = mixedTable, mixedFirstErrors
 		}
-		for _, cj := range sj.Contenders {
-			cells := []string{cj.Name, fmt.Sprintf("%.0f", cj.MedianThroughput),
-				benchkit.FormatLatency(cj.Acquire.P50ns, cj.Acquire.Count), benchkit.FormatLatency(cj.Acquire.P99ns, cj.Acquire.Count), benchkit.FormatLatency(cj.Acquire.P999ns, cj.Acquire.Count),
-				benchkit.FormatLatency(cj.Pair.P50ns, cj.Pair.Count), benchkit.FormatLatency(cj.Pair.P99ns, cj.Pair.Count), benchkit.FormatLatency(cj.Pair.P999ns, cj.Pair.Count)}
-			if cj.MinShare != nil {
-				cells = append(cells, fmt.Sprintf("%.2f", *cj.MinShare))
-			}
-			cells = append(cells, fmt.Sprint(cj.Errors), fmt.Sprintf("%.0f", cj.AllocsPerOp))
-			if cj.Baseline != nil {
-				cells = append(cells, benchkit.FormatLatency(cj.Baseline.Pair.P50ns, cj.Baseline.Pair.Count), fmtRatio(cj.PairP50VsBaseline))
-			}
-			cells = append(cells, fmtRatio(cj.VsRedsync), fmtRatio(cj.VsQuorumlock))
-			fmt.Fprintf(out, "| %s |\n", strings.Join(cells, " | "))
-		}
+		rows(out, sj)
 		if len(sj.Skipped) > 0 {
 			fmt.Fprintf(out, "\nnot run (cannot wait for a held key): %s\n", strings.Join(sj.Skipped, ", "))
 		}
-		for _, cj := range sj.Contenders {
-			if cj.FirstError != "" {
-				fmt.Fprintf(out, "\n%s: first error: %s\n", cj.Name, cj.FirstError)
-			}
-			if cj.Baseline != nil && cj.Baseline.FirstError != "" {
-				fmt.Fprintf(out, "\n%s (without fault): first error: %s\n", cj.Name, cj.Baseline.FirstError)
-			}
-		}
+		errs(out, sj)
 	}
 	for _, n := range s.Notes {
 		fmt.Fprintf(out, "\nnote: %s\n", n)
+	}
+}
+
+// table prints the table of a solo, hot or fault scenario.
+func table(out io.Writer, sj scenarioJSON) {
+	switch sj.Kind {
+	case kindHot.String():
+		fmt.Fprintln(out, "| contender | acquisitions/s | wait p50 | wait p99 | wait p99.9 | pair p50 | pair p99 | pair p99.9 | min share | errors | allocs/op | vs redsync | vs quorumlock |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	case kindSolo.String():
+		fmt.Fprintln(out, "| contender | ops/s | acquire p50 | acquire p99 | acquire p99.9 | pair p50 | pair p99 | pair p99.9 | errors | allocs/op | vs redsync | vs quorumlock |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	default:
+		fmt.Fprintln(out, "| contender | ops/s | acquire p50 | acquire p99 | acquire p99.9 | pair p50 | pair p99 | pair p99.9 | errors | allocs/op | pair p50 without fault | with / without | vs redsync | vs quorumlock |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	}
+	for _, cj := range sj.Contenders {
+		cells := []string{cj.Name, fmt.Sprintf("%.0f", cj.MedianThroughput),
+			benchkit.FormatLatency(cj.Acquire.P50ns, cj.Acquire.Count), benchkit.FormatLatency(cj.Acquire.P99ns, cj.Acquire.Count), benchkit.FormatLatency(cj.Acquire.P999ns, cj.Acquire.Count),
+			benchkit.FormatLatency(cj.Pair.P50ns, cj.Pair.Count), benchkit.FormatLatency(cj.Pair.P99ns, cj.Pair.Count), benchkit.FormatLatency(cj.Pair.P999ns, cj.Pair.Count)}
+		if cj.MinShare != nil {
+			cells = append(cells, fmt.Sprintf("%.2f", *cj.MinShare))
+		}
+		cells = append(cells, fmt.Sprint(cj.Errors), fmt.Sprintf("%.0f", cj.AllocsPerOp))
+		if cj.Baseline != nil {
+			cells = append(cells, benchkit.FormatLatency(cj.Baseline.Pair.P50ns, cj.Baseline.Pair.Count), fmtRatio(cj.PairP50VsBaseline))
+		}
+		cells = append(cells, fmtRatio(cj.VsRedsync), fmtRatio(cj.VsQuorumlock))
+		fmt.Fprintf(out, "| %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+// firstErrors prints the first error of each contender of a solo, hot or
+// fault scenario that had one.
+func firstErrors(out io.Writer, sj scenarioJSON) {
+	for _, cj := range sj.Contenders {
+		if cj.FirstError != "" {
+			fmt.Fprintf(out, "\n%s: first error: %s\n", cj.Name, cj.FirstError)
+		}
+		if cj.Baseline != nil && cj.Baseline.FirstError != "" {
+			fmt.Fprintf(out, "\n%s (without fault): first error: %s\n", cj.Name, cj.Baseline.FirstError)
+		}
 	}
 }
 
@@ -232,6 +276,8 @@ func describe(sj scenarioJSON, c config) string {
 		return fmt.Sprintf("no contention, %d worker(s), distinct keys, %d pairs per round", sj.Workers, c.ops)
 	case kindHot.String():
 		return fmt.Sprintf("%d workers on one key, acquire (waiting) + hold %v + unlock, %v per round", sj.Workers, time.Duration(sj.HoldNs), c.hotDuration)
+	case kindMixed.String():
+		return describeMixed(sj, c)
 	case kindSlowNode.String():
 		return fmt.Sprintf("%s answers %v late (bed proxy), 1 worker, up to %d pairs or %v per round, through the proxies", sj.FaultNode, c.slowLatency, c.ops, c.faultBudget)
 	default:

@@ -15,6 +15,7 @@ const (
 	kindHot                  // every worker contends for one key
 	kindSlowNode             // no contention, the last node answers late
 	kindNodeDown             // no contention, the last node is frozen
+	kindMixed                // one hot key and distinct keys, alone and together, from three instances
 )
 
 // String names the kind as the JSON output does.
@@ -28,65 +29,98 @@ func (k kind) String() string {
 		return "slow-node"
 	case kindNodeDown:
 		return "node-down"
+	case kindMixed:
+		return "mixed"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
 
 // scenario is one workload, run by every contender that can run it.
 type scenario struct {
-	name    string
-	kind    kind
-	workers int
-	hold    time.Duration // hot: how long each acquisition is held
+	name     string
+	kind     kind
+	workers  int           // mixed: hot waiters per instance
+	distinct int           // mixed: distinct-key workers per instance
+	hold     time.Duration // hot, mixed: how long each acquisition of the hot key is held
 }
 
 // fault reports whether the scenario injects a fault into the bed.
 func (s scenario) fault() bool { return s.kind == kindSlowNode || s.kind == kindNodeDown }
 
-// runs reports whether contender c can run scenario s: the hot scenarios
-// need a contender that waits for a held key.
-func (s scenario) runs(c contender) bool { return s.kind != kindHot || c.wait != nil }
+// contended reports whether workers of the scenario wait for a held key.
+func (s scenario) contended() bool { return s.kind == kindHot || s.kind == kindMixed }
+
+// runs reports whether contender c can run scenario s: the hot and mixed
+// scenarios need a contender that waits for a held key.
+func (s scenario) runs(c contender) bool { return !s.contended() || c.wait != nil }
 
 // defaultScenarios is the -scenarios default, in the order they run.
 var defaultScenarios = []string{
 	"solo-1", "solo-16",
 	"hot-16-0ms", "hot-16-1ms", "hot-64-0ms", "hot-64-1ms",
 	"slow-node", "node-down",
+	"mixed-100-22-1ms",
 }
 
-// maxWorkers bounds N in solo-N and hot-N-Hms.
+// maxWorkers bounds N in solo-N and hot-N-Hms, and W and D in
+// mixed-W-D-Hms.
 const maxWorkers = 1024
 
-// parseScenario reads one -scenarios name: solo-N, hot-N-Hms, slow-node
-// or node-down.
+// parseScenario reads one -scenarios name: solo-N, hot-N-Hms,
+// mixed-W-D-Hms, slow-node or node-down.
 func parseScenario(name string) (scenario, error) {
-	want := fmt.Errorf("unknown scenario %q: want solo-N, hot-N-Hms (N 1..%d, H 0..1000), slow-node or node-down", name, maxWorkers)
-	workers := func(s string) (int, bool) {
-		n, err := strconv.Atoi(s)
-		return n, err == nil && n >= 1 && n <= maxWorkers && strconv.Itoa(n) == s
-	}
+	want := fmt.Errorf("unknown scenario %q: want solo-N, hot-N-Hms, mixed-W-D-Hms (N, W, D 1..%d, H 0..1000), slow-node or node-down", name, maxWorkers)
 	switch {
 	case name == "slow-node":
 		return scenario{name: name, kind: kindSlowNode, workers: 1}, nil
 	case name == "node-down":
 		return scenario{name: name, kind: kindNodeDown, workers: 1}, nil
 	case strings.HasPrefix(name, "solo-"):
-		n, ok := workers(strings.TrimPrefix(name, "solo-"))
+		n, ok := parseWorkers(strings.TrimPrefix(name, "solo-"))
 		if !ok {
 			return scenario{}, want
 		}
 		return scenario{name: name, kind: kindSolo, workers: n}, nil
 	case strings.HasPrefix(name, "hot-"):
 		ns, hs, found := strings.Cut(strings.TrimPrefix(name, "hot-"), "-")
-		n, ok := workers(ns)
-		hs, isMS := strings.CutSuffix(hs, "ms")
-		h, err := strconv.Atoi(hs)
-		if !found || !ok || !isMS || err != nil || h < 0 || h > 1000 || strconv.Itoa(h) != hs {
+		n, ok := parseWorkers(ns)
+		h, okH := holdMS(hs)
+		if !found || !ok || !okH {
 			return scenario{}, want
 		}
-		return scenario{name: name, kind: kindHot, workers: n, hold: time.Duration(h) * time.Millisecond}, nil
+		return scenario{name: name, kind: kindHot, workers: n, hold: h}, nil
+	case strings.HasPrefix(name, "mixed-"):
+		parts := strings.Split(strings.TrimPrefix(name, "mixed-"), "-")
+		if len(parts) != 3 {
+			return scenario{}, want
+		}
+		w, okW := parseWorkers(parts[0])
+		d, okD := parseWorkers(parts[1])
+		h, okH := holdMS(parts[2])
+		if !okW || !okD || !okH {
+			return scenario{}, want
+		}
+		return scenario{name: name, kind: kindMixed, workers: w, distinct: d, hold: h}, nil
 	}
 	return scenario{}, want
+}
+
+// parseWorkers reads a worker count of a scenario name: a decimal 1..maxWorkers
+// with no sign or leading zero.
+func parseWorkers(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 1 && n <= maxWorkers && strconv.Itoa(n) == s
+}
+
+// holdMS reads the hold of a scenario name: "Hms" with H a decimal
+// 0..1000 with no sign or leading zero.
+func holdMS(s string) (time.Duration, bool) {
+	hs, isMS := strings.CutSuffix(s, "ms")
+	h, err := strconv.Atoi(hs)
+	if !isMS || err != nil || h < 0 || h > 1000 || strconv.Itoa(h) != hs {
+		return 0, false
+	}
+	return time.Duration(h) * time.Millisecond, true
 }
 
 // tally is one contender's samples over the rounds of one scenario (or of
@@ -123,9 +157,10 @@ func (t *tally) add(s sample, hot bool) {
 // scenarioRun is what every contender did in one scenario.
 type scenarioRun struct {
 	sc        scenario
-	tallies   []*tally // one per contender that ran, in contender order
-	baselines []*tally // fault scenarios: the same contenders without the fault
-	skipped   []string // contenders that cannot run the scenario
+	tallies   []*tally      // one per contender that ran, in contender order
+	baselines []*tally      // fault scenarios: the same contenders without the fault
+	mixed     []*mixedTally // mixed scenarios: one per contender that ran, like tallies
+	skipped   []string      // contenders that cannot run the scenario
 }
 
 // keys returns n distinct keys for one measured run.
