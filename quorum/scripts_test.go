@@ -276,6 +276,62 @@ func TestScripts(t *testing.T) {
 		}
 	})
 
+	t.Run("GuardSkipsINFOLongAfterTheLastSave", func(t *testing.T) {
+		// LASTSAVE is no older than the process, so a node whose last save
+		// is older than the window is up for the window: the script votes
+		// without INFO. After a save it asks INFO for the uptime again,
+		// and still votes, being up long enough.
+		infoCalls := func(t *testing.T) int64 {
+			t.Helper()
+			s, err := rdb.Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(s, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_info:calls="); ok {
+					n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+					return n
+				}
+			}
+			return 0
+		}
+		setMarker(t, rdb, "")
+		deadline := time.Now().Add(slow(time.Minute))
+		for {
+			last, err := rdb.LastSave(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if time.Now().Unix()-last >= 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("LASTSAVE still %ds ago", time.Now().Unix()-last)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		before := infoCalls(t)
+		for i := range 5 {
+			if v := guarded(t, rdb, "s:acq:fast:"+strconv.Itoa(i), "tok", time.Second, false); v != 1 {
+				t.Fatalf("fast path: got %d, want 1", v)
+			}
+		}
+		// infoCalls itself is one INFO: anything more came from the script.
+		if n := infoCalls(t) - before; n != 1 {
+			t.Fatalf("the script called INFO %d times past the window, want 0", n-1)
+		}
+		if err := rdb.Save(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before = infoCalls(t)
+		if v := guarded(t, rdb, "s:acq:aftersave", "tok", time.Second, false); v != 1 {
+			t.Fatalf("after a save, a node up for the window: got %d, want 1", v)
+		}
+		if n := infoCalls(t) - before; n != 2 {
+			t.Fatalf("after a save the script called INFO %d times, want 1", n-1)
+		}
+	})
+
 	t.Run("DurableNeedsTheAOF", func(t *testing.T) {
 		// A node declared durable that runs without an AOF (an RDB
 		// snapshot keeps old markers and loses recent keys) is not

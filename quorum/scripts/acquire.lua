@@ -43,7 +43,15 @@ if cur then
   end
   return 0
 end
-if KEYS[2] then
+-- The fast path skips INFO, the costliest part of the script: LASTSAVE is
+-- set when the process starts and only moves forward (each save), so the
+-- time since the last save, less a second for its whole-second clock,
+-- never exceeds the uptime. Once it reaches the window the node has been
+-- up for the window and votes; a durable node still needs its marker
+-- (written below, by the first vote past the window). Otherwise the
+-- uptime itself decides.
+if KEYS[2] and ((tonumber(redis.call('TIME')[1]) - redis.call('LASTSAVE') - 1) * 1000 < tonumber(ARGV[3])
+    or (ARGV[4] == '1' and redis.call('EXISTS', KEYS[2]) == 0)) then
   local info = redis.call('INFO', 'server')
   local at = string.find(info, 'uptime_in_seconds:', 1, true)
   local up = at and tonumber(string.match(info, '^%d+', at + 18))
