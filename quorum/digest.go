@@ -7,11 +7,10 @@ import (
 	"time"
 )
 
-// TokenDigest returns a short digest of a lock token: the first 8 hex
-// digits of its SHA-256. It names a lease in logs and in tools (quorumctl
-// prints the same digest for a key's value) without revealing the token,
-// which would let its reader release or extend the lease. It identifies a
-// lease among the few that hold one key; it is not unique across all.
+// TokenDigest returns the first 8 hex digits of a token's SHA-256: it names
+// a lease in logs and tools (quorumctl prints it for a key's value) without
+// revealing the token, which would let its reader release or extend the
+// lease. It tells apart the few leases of one key, not all leases.
 func TokenDigest(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:4])

@@ -12,69 +12,37 @@ import (
 // extended, then releases it.
 //
 // The watchdog extends the lease to the Locker's TTL every watchdog interval
-// (WithWatchdogInterval, default TTL/3). An extension whose outcome is
-// unclear (ErrExtendUnconfirmed) is retried after half a node timeout while
-// validity is left. fn's context is cancelled, with a cause matching
-// ErrLeaseLost (see context.Cause), as soon as the lease is lost, and at the
-// latest the safety margin (WithSafetyMargin, default TTL/10) before Until
-// when no extension got through: fn should then stop touching the protected
-// resource at once.
+// (WithWatchdogInterval), and retries an unclear extension
+// (ErrExtendUnconfirmed) after half a node timeout. fn's context is
+// cancelled, with a cause matching ErrLeaseLost (see context.Cause), as soon
+// as the lease is lost, and at the latest the safety margin
+// (WithSafetyMargin) before Until when no extension got through: fn should
+// then stop touching the protected resource at once.
 //
 // Do returns the acquisition error when the lock was not acquired (fn is
 // not called). Otherwise it returns fn's error, joined with an error
-// matching ErrLeaseLost when the lease was lost while fn ran: because the
-// watchdog lost it, because the safety margin was reached, or because the
-// final Unlock found the token gone from so many nodes that no majority held
-// it (a node restarted, a key was evicted). The release after fn runs
-// even when fn panics; a release that some nodes did not confirm is
-// reported to the Observer, not returned (the key expires by its TTL). No
-// goroutine started by Do outlives it.
+// matching ErrLeaseLost when the lease was lost while fn ran: the watchdog
+// lost it, the safety margin was reached, or the final Unlock found the
+// token gone from a majority (a node restarted, a key was evicted). The
+// release runs even when fn panics; one that some nodes did not confirm is
+// reported to the Observer, not returned. No goroutine started by Do
+// outlives it.
 func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	if fn == nil {
 		return errors.New("quorum: Do: fn is nil")
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	lease, err := l.lock(ctx, key, l.cfg.retry.Attempts, l.cfg.maxWait, &wg)
+	lease, err := l.Lock(ctx, key)
 	if err != nil {
 		return err
 	}
-
 	fctx, cancel := context.WithCancelCause(ctx)
-	ectx, stopExtend := context.WithCancel(context.WithoutCancel(ctx))
-	// The margin is watched by the lease's own timer, not by the watchdog,
-	// which may be waiting on an extension when the margin is reached.
-	marginErr := fmt.Errorf("quorum: do %q: %w: no extension got through and less than the safety margin %v of validity is left",
-		key, ErrLeaseLost, l.cfg.margin)
-	marginHit := make(chan struct{})
-	lease.watchMargin(l.cfg.margin, func() {
-		cancel(marginErr)
-		close(marginHit)
-	})
-	stop := make(chan struct{})
-	watchdogDone := make(chan struct{})
-	var lost error // written by the watchdog before watchdogDone closes
-	go func() {
-		defer close(watchdogDone)
-		lost = l.watchdog(ectx, lease, stop, cancel)
-	}()
-
+	ka := l.keepAlive(ctx, lease, cancel)
 	defer func() {
-		close(stop)
-		stopExtend()
-		<-watchdogDone
+		lost := ka.close()
 		uerr := lease.Unlock(context.WithoutCancel(ctx))
-		lease.detach()
 		cancel(context.Canceled)
-		if lost == nil {
-			select {
-			case <-marginHit:
-				lost = marginErr
-			default:
-				if errors.Is(uerr, ErrLeaseLost) {
-					lost = uerr
-				}
-			}
+		if lost == nil && errors.Is(uerr, ErrLeaseLost) {
+			lost = uerr
 		}
 		if lost != nil && !errors.Is(err, ErrLeaseLost) {
 			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", key, lost))
@@ -83,29 +51,98 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	return fn(fctx, lease)
 }
 
-// watchdog extends the lease until stop is closed. When the lease is lost
-// it cancels fn's context with the loss as cause and returns the loss.
-func (l *Locker) watchdog(ctx context.Context, lease *Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
-	next := time.NewTimer(l.cfg.watchdog)
+// keepalive keeps one lease alive for Do, apart from the Lease as etcd's
+// Session is apart from its Mutex: a watchdog goroutine extends the lease,
+// and a timer of its own cancels fn's context at the safety margin, even
+// while the watchdog waits on an extension.
+type keepalive struct {
+	l      *Locker
+	lease  *Lease
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu     sync.Mutex
+	margin *time.Timer
+	lost   error // the loss, once the lease was lost or the margin reached
+}
+
+// keepAlive keeps lease alive until close; cancel ends fn's context.
+func (l *Locker) keepAlive(ctx context.Context, lease *Lease, cancel context.CancelCauseFunc) *keepalive {
+	k := &keepalive{l: l, lease: lease, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{})}
+	k.mu.Lock()
+	k.margin = time.AfterFunc(k.untilMargin(), k.marginReached)
+	k.mu.Unlock()
+	go k.watch(context.WithoutCancel(ctx))
+	return k
+}
+
+// untilMargin is how long until the safety margin begins.
+func (k *keepalive) untilMargin() time.Duration {
+	return time.Until(k.lease.Until()) - k.l.cfg.margin
+}
+
+// marginReached runs when the margin timer fires, or the validity moved:
+// it re-arms the timer while the margin is ahead, else it ends fn's context.
+func (k *keepalive) marginReached() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	select {
+	case <-k.lease.Lost():
+		return // released or lost: the watchdog reports a loss
+	default:
+	}
+	if k.lost != nil {
+		return
+	}
+	if d := k.untilMargin(); d > 0 {
+		k.margin.Reset(d)
+		return
+	}
+	k.lost = fmt.Errorf("quorum: do %q: %w: no extension got through and less than the safety margin %v of validity is left",
+		k.lease.key, ErrLeaseLost, k.l.cfg.margin)
+	k.cancel(k.lost)
+}
+
+// watch extends the lease until close, and cancels fn's context with the
+// loss as cause when the lease is lost.
+func (k *keepalive) watch(ctx context.Context) {
+	defer close(k.done)
+	next := time.NewTimer(k.l.cfg.watchdog)
 	defer next.Stop()
 	for {
 		select {
-		case <-stop:
-			return nil
-		case <-lease.Lost():
-			if lost, err := lease.errLost(); lost {
-				cancel(err)
-				return err
+		case <-k.stop:
+			return
+		case <-k.lease.moved:
+			k.marginReached()
+		case <-k.lease.Lost():
+			if err := k.lease.Err(); errors.Is(err, ErrLeaseLost) {
+				k.mu.Lock()
+				if k.lost == nil {
+					k.lost = err
+				}
+				k.mu.Unlock()
+				k.cancel(err)
 			}
-			return nil
+			return
 		case <-next.C:
-			delay := l.cfg.watchdog
-			if err := lease.Extend(ctx, l.cfg.ttl); errors.Is(err, ErrExtendUnconfirmed) {
-				// Still held, outcome unclear: try again soon.
-				delay = max(l.cfg.nodeTimeout/2, time.Millisecond)
+			delay := k.l.cfg.watchdog
+			// A loss or a moved validity is handled by its case next round.
+			if err := k.lease.Extend(ctx, k.l.cfg.ttl); errors.Is(err, ErrExtendUnconfirmed) {
+				delay = max(k.l.cfg.nodeTimeout/2, time.Millisecond) // still held: soon
 			}
-			// A lost lease is handled by the Lost case next round.
 			next.Reset(delay)
 		}
 	}
+}
+
+// close stops the watchdog and the timer, and returns the loss if any.
+func (k *keepalive) close() error {
+	close(k.stop)
+	<-k.done
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.margin.Stop()
+	return k.lost
 }

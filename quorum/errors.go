@@ -6,50 +6,41 @@ import (
 	"strings"
 )
 
-// Sentinel errors. Test for them with errors.Is; the concrete error usually
-// is a *QuorumError that carries the per-node details.
+// Sentinel errors. Test for them with errors.Is; the concrete error is
+// usually a *QuorumError that carries the per-node details.
 var (
-	// ErrNotAcquired means a majority of the nodes answered that the key is
-	// held by another owner. It is the ordinary outcome of contention.
+	// ErrNotAcquired means a majority of the nodes answered that another
+	// owner holds the key: the ordinary outcome of contention.
 	ErrNotAcquired = errors.New("quorum: lock is held by another owner")
 
-	// ErrQuorumUnavailable means a majority of the nodes could not grant the
-	// lock in time because nodes failed, timed out, or were warming up after
-	// a restart (see ErrNodeWarming), or because the acquisition took so long
-	// that no validity was left. The *QuorumError lists each failed node.
+	// ErrQuorumUnavailable means no majority could grant the lock in time
+	// (nodes failed, timed out or were warming up), or the vote left no
+	// validity.
 	ErrQuorumUnavailable = errors.New("quorum: not enough nodes available for a majority")
 
 	// ErrLeaseLost means the lease is no longer held, or may not be: its
-	// validity ran out, enough nodes answered that the token is gone that
-	// no majority can hold it, or (from Do) less than the safety margin of
-	// validity was left with no extension through. An extension that merely
-	// did not reach a majority is ErrExtendUnconfirmed.
+	// validity ran out, the token is gone from so many nodes that no
+	// majority can hold it, or (from Do) the safety margin was reached.
 	ErrLeaseLost = errors.New("quorum: lease lost")
 
-	// ErrNodeWarming is the node error of a node that (re)started less than
-	// the restart window ago on its own clock and is not known to have kept
-	// its data, so it may not vote yet. See WithAmnesiaGuard.
+	// ErrNodeWarming is the error of a node that may not vote yet after a
+	// restart (see WithAmnesiaGuard).
 	ErrNodeWarming = errors.New("quorum: node is warming up after a restart")
 
-	// ErrNodeTimeout is the node error of a node that did not answer within
-	// the node timeout (WithNodeTimeout). It deliberately does not match
-	// context.DeadlineExceeded: that is kept for the caller's own context.
+	// ErrNodeTimeout is the error of a node that did not answer within the
+	// node timeout. It does not match context.DeadlineExceeded, which is
+	// kept for the caller's own context.
 	ErrNodeTimeout = errors.New("quorum: node did not answer in time")
 
-	// ErrUnlockUnconfirmed means Unlock could not confirm the release on
-	// every node. The lock key expires on those nodes by its TTL; calling
-	// Unlock again with the same lease retries only the unconfirmed nodes.
+	// ErrUnlockUnconfirmed means no majority confirmed the release in time;
+	// calling Unlock again retries the nodes still unconfirmed.
 	ErrUnlockUnconfirmed = errors.New("quorum: release not confirmed on every node")
 
 	// ErrReleased is the Err of a lease that was released by Unlock.
 	ErrReleased = errors.New("quorum: lease released")
 
-	// ErrExtendUnconfirmed means an extension was not confirmed by a
-	// majority (nodes timed out or failed, or the context ended), but the
-	// token was not found missing on a majority either. The nodes may or
-	// may not have applied the new TTL, so the lease keeps the earlier of
-	// its previous end and the end the new TTL would give: Until only ever
-	// moves earlier. The lease stays held until then; try again.
+	// ErrExtendUnconfirmed means an extension was neither confirmed by a
+	// majority nor found the token gone from one (see Lease.Extend).
 	ErrExtendUnconfirmed = errors.New("quorum: extension not confirmed by a majority")
 
 	// ErrClosed means the Locker was closed.
@@ -85,23 +76,12 @@ const (
 )
 
 // String returns "acquire", "extend" or "release".
-func (o Op) String() string {
-	switch o {
-	case OpAcquire:
-		return "acquire"
-	case OpExtend:
-		return "extend"
-	case OpRelease:
-		return "release"
-	}
-	return "unknown"
-}
+func (o Op) String() string { return name(o, "acquire", "extend", "release") }
 
 // QuorumError describes an operation that did not get what it needed from
 // the nodes. errors.Is matches its sentinel (ErrNotAcquired,
 // ErrQuorumUnavailable, ErrLeaseLost, ErrExtendUnconfirmed or
-// ErrUnlockUnconfirmed) and every
-// node error in Nodes.
+// ErrUnlockUnconfirmed) and every node error in Nodes.
 type QuorumError struct {
 	Op        Op          // the operation
 	Key       string      // the lock key
@@ -122,24 +102,19 @@ func (e *QuorumError) Error() string {
 		fmt.Fprintf(&b, ", %d held by another owner", e.Held)
 	}
 	if e.Reason != "" {
-		b.WriteString(", ")
-		b.WriteString(e.Reason)
+		b.WriteString(", " + e.Reason)
 	}
-	for i, ne := range e.Nodes {
-		if i == 0 {
-			b.WriteString(": ")
-		} else {
-			b.WriteString("; ")
-		}
-		b.WriteString(ne.Error())
+	sep := ": "
+	for _, ne := range e.Nodes {
+		b.WriteString(sep + ne.Error())
+		sep = "; "
 	}
 	return b.String()
 }
 
 // Unwrap returns the sentinel followed by each node error.
 func (e *QuorumError) Unwrap() []error {
-	errs := make([]error, 0, 1+len(e.Nodes))
-	errs = append(errs, e.Err)
+	errs := append(make([]error, 0, 1+len(e.Nodes)), e.Err)
 	for _, ne := range e.Nodes {
 		errs = append(errs, ne)
 	}

@@ -1,5 +1,10 @@
 package quorum
 
+import (
+	"context"
+	"time"
+)
+
 // The Lua sources, for the tests that run each script on its own.
 var (
 	AcquireSource = acquireSrc
@@ -7,25 +12,37 @@ var (
 	ExtendSource  = extendSrc
 )
 
-// SubscribedBy returns how many nodes confirmed that they announce key's
-// releases to l.
-func (l *Locker) SubscribedBy(key string) int { return l.wk.confirmedBy(key) }
+// SubscribedBy returns how many nodes have a subscriber to key's release
+// channel (PUBSUB NUMSUB): in a test with one waiting Locker, how many
+// announce key's releases to it.
+func (l *Locker) SubscribedBy(key string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n := 0
+	for _, nd := range l.nodes {
+		m, err := nd.client.PubSubNumSub(ctx, ReleaseChannelPrefix+key).Result()
+		if err == nil && m[ReleaseChannelPrefix+key] > 0 {
+			n++
+		}
+	}
+	return n
+}
 
 // Waiting returns how many Lock calls of l wait for key.
 func (l *Locker) Waiting(key string) int {
 	l.wk.mu.Lock()
 	defer l.wk.mu.Unlock()
-	if q := l.wk.keys[key]; q != nil {
-		return len(q.waiters)
-	}
-	return 0
+	return len(l.wk.keys[key])
 }
 
-// Queued returns how many requests wait for node's worker (not counting a
-// batch that is out).
+// Queued returns how many requests wait for node's workers (not counting
+// batches that are out).
 func (l *Locker) Queued(node int) int {
-	w := l.workers[node]
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.queue)
+	n := 0
+	for _, w := range l.workers[node] {
+		w.mu.Lock()
+		n += len(w.queue)
+		w.mu.Unlock()
+	}
+	return n
 }

@@ -9,14 +9,10 @@ import (
 )
 
 // TrustNode tells the restart guard that node c, as it runs now, has not
-// forgotten any lock key it acknowledged: it is brand new and never held a
-// lock, or an operator checked that its data is intact. The node may then
-// vote before its uptime reaches the restart window. The trust is tied to
-// the node's run_id, so it ends by itself at the node's next restart: it
-// can never vouch for a process that comes back from an old snapshot.
-//
-// Use it on a deployment's new nodes (and on a test bed's), never as a way
-// to skip the wait after an unplanned restart.
+// forgotten any lock key it acknowledged (it is new, or an operator checked
+// its data), so it may vote before its uptime reaches the restart window.
+// The trust is tied to the node's run_id, so it ends at its next restart.
+// Use it on new nodes, never to skip the wait after an unplanned restart.
 func TrustNode(ctx context.Context, c redis.Cmdable) error {
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {

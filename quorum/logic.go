@@ -2,23 +2,21 @@ package quorum
 
 import "time"
 
-// clockMargin is the fixed part of the drift allowance: it covers the
-// millisecond granularity of PX expiry on the nodes.
+// clockMargin, the fixed part of the drift allowance, covers the
+// millisecond granularity of PX expiry.
 const clockMargin = 2 * time.Millisecond
 
 // majority returns the number of nodes that forms a majority of n.
 func majority(n int) int { return n/2 + 1 }
 
-// driftAllowance returns ttl*drift + 2ms: how much of a lease is given up to
-// cover clock rate differences between this process and the nodes.
+// driftAllowance returns ttl*drift + 2ms: the part of a lease given up to
+// clock rate differences between this process and the nodes.
 func driftAllowance(ttl time.Duration, drift float64) time.Duration {
 	return time.Duration(float64(ttl)*drift) + clockMargin
 }
 
-// validity returns how long a lease acquired (or extended) with ttl is still
-// safe to use when elapsed time has passed since the first request was sent:
-// ttl - elapsed - (ttl*drift + 2ms). A result <= 0 means the lease is not
-// valid at all.
+// validity returns ttl - elapsed - (ttl*drift + 2ms): how long a lease
+// with ttl is safe to use, elapsed after its first request left.
 func validity(ttl, elapsed time.Duration, drift float64) time.Duration {
 	return ttl - elapsed - driftAllowance(ttl, drift)
 }
@@ -46,8 +44,7 @@ func newTally(n int) tally { return tally{n: n, quorum: majority(n)} }
 func (t tally) answered() int { return t.ok + t.held + t.failed }
 
 // verdict decides as early as possible: won once a majority confirmed,
-// beaten once so many nodes refused or failed that a majority is out of
-// reach, undecided otherwise.
+// beaten once a majority is out of reach.
 func (t tally) verdict() verdict {
 	switch {
 	case t.ok >= t.quorum:
@@ -58,10 +55,9 @@ func (t tally) verdict() verdict {
 	return undecided
 }
 
-// cause classifies a lost vote: ErrNotAcquired when a majority answered that
-// another owner holds the key, or when no node failed (a split vote);
-// ErrQuorumUnavailable otherwise (node failures kept the majority out of
-// reach).
+// cause classifies a lost vote: ErrNotAcquired when a majority answered
+// that another owner holds the key, or no node failed (a split vote);
+// ErrQuorumUnavailable when node failures kept the majority out of reach.
 func (t tally) cause() error {
 	if t.held >= t.quorum || t.failed == 0 {
 		return ErrNotAcquired

@@ -6,11 +6,11 @@ import (
 )
 
 // Fencer issues fence tokens: for each key, every call returns a number
-// strictly greater than any number it returned before for that key, even
-// across restarts. With a Fencer configured (WithFencer), every lease carries
-// one in Fence, and the protected resource must reject writes that carry a
-// fence lower than one it has already seen. That is what makes a late holder
-// (a paused process whose lease expired) harmless; the lock alone cannot.
+// strictly greater than any it returned before for that key, even across
+// restarts. With a Fencer (WithFencer), every lease carries one in Fence,
+// and the protected resource must reject a write whose fence is lower than
+// one it has seen: that makes a late holder harmless, which the lock alone
+// cannot.
 type Fencer interface {
 	Next(ctx context.Context, key string) (int64, error)
 }
@@ -29,19 +29,15 @@ const (
 
 // String returns a short lower-case name, fit for a metric label.
 func (r Result) String() string {
-	switch r {
-	case ResultAcquired:
-		return "acquired"
-	case ResultNotAcquired:
-		return "not_acquired"
-	case ResultUnavailable:
-		return "unavailable"
-	case ResultCanceled:
-		return "canceled"
-	case ResultError:
-		return "error"
+	return name(r, "acquired", "not_acquired", "unavailable", "canceled", "error")
+}
+
+// name returns names[v-1], or "unknown" when v is out of range.
+func name[T ~uint8](v T, names ...string) string {
+	if v == 0 || int(v) > len(names) {
+		return "unknown"
 	}
-	return "unknown"
+	return names[v-1]
 }
 
 // AcquireEvent reports one Lock, TryLock or Do acquisition.
@@ -71,15 +67,13 @@ type ExtendEvent struct {
 	Err       error // nil on success
 }
 
-// ReleaseEvent reports one Unlock call (including the release after a failed
-// attempt). Each node counts once. Unlock returns at the majority, so its
-// event comes when the last of its requests has ended, possibly after
-// Unlock returned, and from another goroutine.
+// ReleaseEvent reports one Unlock call, or the release after a failed
+// attempt, counting each node once. It comes when the last request has
+// ended, possibly after Unlock returned, and from another goroutine.
 type ReleaseEvent struct {
 	Key string
-	// Duration is how long the caller waited: until the majority decided
-	// (for Unlock) or until every answer came (for a failed attempt's
-	// release).
+	// Duration is how long the caller waited for the majority (Unlock),
+	// or until every answer came (a failed attempt's release).
 	Duration time.Duration
 	Released int // nodes where the key held the token and was deleted
 	NotOwner int // nodes that answered 0: the key was absent or held by another owner
@@ -96,15 +90,7 @@ const (
 )
 
 // String returns "expired" or "extend_failed".
-func (r LostReason) String() string {
-	switch r {
-	case LostExpired:
-		return "expired"
-	case LostExtendFailed:
-		return "extend_failed"
-	}
-	return "unknown"
-}
+func (r LostReason) String() string { return name(r, "expired", "extend_failed") }
 
 // LostEvent reports a lease that was lost while held (not one released by
 // Unlock).
@@ -114,12 +100,11 @@ type LostEvent struct {
 	Held   time.Duration // how long the lease was held
 }
 
-// Observer receives events from a Locker. Its methods are called
-// synchronously on the locking path, possibly from several goroutines at
-// once: they must be safe for concurrent use and return quickly. Node
-// errors and release events are reported from the node workers, so an
-// Observer that blocks stalls that node's requests, and one that calls
-// back into the Locker (Lock, Unlock, Close) can deadlock it.
+// Observer receives events from a Locker, synchronously and possibly from
+// several goroutines at once: its methods must be safe for concurrent use
+// and return quickly. Node errors and release events come from the node
+// workers, so an Observer that blocks stalls that node's requests, and one
+// that calls back into the Locker (Lock, Unlock, Close) can deadlock it.
 // Embed NopObserver to implement only some of them.
 type Observer interface {
 	ObserveAcquire(AcquireEvent)

@@ -8,28 +8,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// nodeWorker sends one node's requests, in the order they were submitted.
-// A request that arrives while a batch is out waits for it and leaves with
-// the others that arrived meanwhile, as one pipeline: one write and one
-// read for all of them, however many lockers are at work. The order has a
-// use beyond speed: a request leaves only after every earlier request to
-// the node has returned (or timed out), so a release never overtakes the
-// same lease's late SET on that node.
-//
-// The worker is a long-lived goroutine: it keeps its grown stack, where a
-// goroutine per request would grow a new one through go-redis every time.
+// Each node has two lanes, each with its own worker and connection: the
+// main lane, and a fast lane for keys that other Lock calls of this Locker
+// wait for, so that a hand-over does not wait for every other key's batch.
+// Ordering rule: all of a lease's requests take its acquisition's lane, so
+// its release never overtakes its SET.
+const (
+	mainLane = iota
+	fastLane
+	lanes
+)
+
+// nodeWorker sends one lane's requests to one node in order: requests that
+// arrive while a batch is out leave together as the next batch, one
+// pipeline, after the earlier ones returned or timed out. A long-lived
+// goroutine also keeps its grown stack, where one per request would grow a
+// new one through go-redis every time.
 type nodeWorker struct {
 	l    *Locker
-	i    int
-	conn nodeConn
+	i    int // the node
+	conn redis.UniversalClient
+	kick chan struct{} // capacity 1: there is work
 
 	mu    sync.Mutex
 	queue []*call
 	spare []*call // the previous batch's slice, reused
-
-	kick chan struct{} // capacity 1: there is work
-	stop chan struct{} // closed by Close once every request has ended
-	done chan struct{} // closed when the goroutine returns
 
 	// loaded is false until the node is known to have the scripts (and
 	// again after a NOSCRIPT): a batch then loads them first, since a
@@ -37,91 +40,99 @@ type nodeWorker struct {
 	loaded bool
 }
 
-// nodeConn is what a worker needs of a node's client.
-type nodeConn interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-	Pipeline() redis.Pipeliner
+// nodeLanes is one node's workers, one per lane.
+type nodeLanes [lanes]*nodeWorker
+
+func newNodeLanes(l *Locker, i int) *nodeLanes {
+	var nl nodeLanes
+	for k := range nl {
+		nl[k] = &nodeWorker{l: l, i: i, conn: l.nodes[i].client, kick: make(chan struct{}, 1)}
+		l.workersDone.Go(nl[k].loop)
+	}
+	return &nl
 }
 
-func newNodeWorker(l *Locker, i int) *nodeWorker {
-	w := &nodeWorker{l: l, i: i, conn: l.nodes[i].client,
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go w.loop()
-	return w
-}
-
-// submit queues c's request to this node.
-func (w *nodeWorker) submit(c *call) {
+// submit queues c's request on its lane.
+func (nl *nodeLanes) submit(c *call) {
+	w := nl[mainLane]
+	if c.req.fast {
+		w = nl[fastLane]
+	}
 	w.mu.Lock()
 	w.queue = append(w.queue, c)
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	signal(w.kick)
 }
 
 func (w *nodeWorker) loop() {
-	defer close(w.done)
 	for {
 		select {
 		case <-w.kick:
-		case <-w.stop:
+		case <-w.l.stop:
 			return
 		}
-		for {
-			w.mu.Lock()
-			batch := w.queue
-			if len(batch) == 0 {
-				w.mu.Unlock()
-				break
-			}
-			// Two slices take turns: the queue fills one while the other
-			// is out as a batch.
-			w.queue, w.spare = w.spare[:0], nil
-			w.mu.Unlock()
-			w.send(batch)
-			clear(batch)
-			w.mu.Lock()
-			w.spare = batch
-			w.mu.Unlock()
+		for w.sendQueued() {
 		}
 	}
 }
 
-// send runs a batch and delivers every answer.
-func (w *nodeWorker) send(batch []*call) {
-	// A request whose deadline passed while it waited is not sent: the
-	// caller has stopped listening, and the node never sees it.
+// sendQueued sends what is queued as one batch; false when nothing was. A
+// request whose deadline passed while it waited is not sent: its caller has
+// stopped listening.
+func (w *nodeWorker) sendQueued() bool {
+	w.mu.Lock()
+	batch := w.queue
+	if len(batch) == 0 {
+		w.mu.Unlock()
+		return false
+	}
+	// Two slices take turns: the queue fills one while the other is out.
+	w.queue, w.spare = w.spare[:0], nil
+	w.mu.Unlock()
 	live := batch[:0] // in place: it never overtakes the loop
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
-			c.deliver(w.i, 0, c.unsentError())
-			continue
+			c.deliver(w.i, 0, c.lateError(true))
+		} else {
+			live = append(live, c)
 		}
-		live = append(live, c)
 	}
 	switch len(live) {
 	case 0:
-		return
 	case 1:
-		c := live[0]
-		cmd := redis.NewCmd(c.ctx, c.cmdArgs...)
-		_ = w.conn.Process(c.ctx, cmd)
-		v, err := cmd.Int64()
-		if isNoScript(err) {
-			// Alone, the request can fall back to EVAL in order.
-			cmd = redis.NewCmd(c.ctx, c.script.evalArgs(c.cmdArgs)...)
-			_ = w.conn.Process(c.ctx, cmd)
-			v, err = cmd.Int64()
-		}
-		c.deliver(w.i, v, c.nodeErr(err))
-		return
+		w.sendOne(live[0])
+	default:
+		w.sendBatch(live)
 	}
-	deadline := live[0].deadline
+	clear(batch)
+	w.mu.Lock()
+	w.spare = batch
+	w.mu.Unlock()
+	return true
+}
+
+// sendOne runs a lone request, which can fall back to EVAL in order.
+func (w *nodeWorker) sendOne(c *call) {
+	cmd := redis.NewCmd(c.ctx, c.req.args...)
+	_ = w.conn.Process(c.ctx, cmd)
+	v, err := cmd.Int64()
+	if isNoScript(err) {
+		cmd = redis.NewCmd(c.ctx, append([]any{"eval", scripts[c.req.op].src}, c.req.args[2:]...)...)
+		_ = w.conn.Process(c.ctx, cmd)
+		v, err = cmd.Int64()
+	}
+	c.deliver(w.i, v, c.nodeErr(err))
+}
+
+// sendBatch runs live as one pipeline under the latest of their deadlines.
+// A request that found the node without its scripts (a restart) runs again
+// once they are loaded, unless a later request of the batch on the same
+// key did run: the second try would then land after it, out of order.
+func (w *nodeWorker) sendBatch(live []*call) {
+	deadline := live[0].req.deadline
 	for _, c := range live[1:] {
-		if c.deadline.After(deadline) {
-			deadline = c.deadline
+		if c.req.deadline.After(deadline) {
+			deadline = c.req.deadline
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -129,24 +140,14 @@ func (w *nodeWorker) send(batch []*call) {
 	if !w.loaded {
 		w.loaded = w.load(ctx)
 	}
-	pipe := w.conn.Pipeline()
-	cmds := make([]*redis.Cmd, len(live))
-	for j, c := range live {
-		cmds[j] = redis.NewCmd(ctx, c.cmdArgs...)
-		_ = pipe.Process(ctx, cmds[j])
-	}
-	_, _ = pipe.Exec(ctx)
-	var again []int // requests to run again once the scripts are back
+	cmds := w.pipeline(ctx, live)
+	var again []*call // to run again once the scripts are back
 	for j, c := range live {
 		v, err := cmds[j].Int64()
-		if err != nil && isNoScript(err) {
-			// The node lost its scripts (a restart): this request did not
-			// run. Run it again after loading them, unless a later request
-			// of the batch on the same key did run: the second try would
-			// then land after it, out of order.
+		if isNoScript(err) {
 			w.loaded = false
 			if !ranLater(live, cmds, j) {
-				again = append(again, j)
+				again = append(again, c)
 				continue
 			}
 		}
@@ -156,23 +157,29 @@ func (w *nodeWorker) send(batch []*call) {
 		return
 	}
 	w.loaded = w.load(ctx)
-	pipe = w.conn.Pipeline()
-	for _, j := range again {
-		cmds[j] = redis.NewCmd(ctx, live[j].cmdArgs...)
-		_ = pipe.Process(ctx, cmds[j])
+	for k, cmd := range w.pipeline(ctx, again) {
+		v, err := cmd.Int64()
+		again[k].deliver(w.i, v, again[k].nodeErr(err))
+	}
+}
+
+// pipeline runs calls' requests as one pipeline and returns the commands.
+func (w *nodeWorker) pipeline(ctx context.Context, calls []*call) []*redis.Cmd {
+	pipe := w.conn.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for k, c := range calls {
+		cmds[k] = redis.NewCmd(ctx, c.req.args...)
+		_ = pipe.Process(ctx, cmds[k])
 	}
 	_, _ = pipe.Exec(ctx)
-	for _, j := range again {
-		v, err := cmds[j].Int64()
-		live[j].deliver(w.i, v, live[j].nodeErr(err))
-	}
+	return cmds
 }
 
 // ranLater reports whether a request after live[j] in the batch, on the
 // same key, ran (did not fail with NOSCRIPT).
 func ranLater(live []*call, cmds []*redis.Cmd, j int) bool {
 	for k := j + 1; k < len(live); k++ {
-		if live[k].key == live[j].key && !isNoScript(cmds[k].Err()) {
+		if live[k].req.key == live[j].req.key && !isNoScript(cmds[k].Err()) {
 			return true
 		}
 	}
@@ -182,43 +189,13 @@ func ranLater(live []*call, cmds []*redis.Cmd, j int) bool {
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // load makes sure the node has every script, so that a batch can use
-// EVALSHA alone.
+// EVALSHA alone. It sends SCRIPT LOAD itself, not Script.Load: on a
+// pipeline that would replace the script's hash with the empty answer.
 func (w *nodeWorker) load(ctx context.Context) bool {
 	pipe := w.conn.Pipeline()
-	// SCRIPT LOAD itself, not Script.Load: on a pipeline that would
-	// replace the script's hash with the still empty answer.
-	for _, src := range []string{acquireSrc, releaseSrc, extendSrc} {
-		pipe.ScriptLoad(ctx, src)
+	for _, s := range scripts[1:] {
+		pipe.ScriptLoad(ctx, s.src)
 	}
 	_, err := pipe.Exec(ctx)
 	return err == nil
-}
-
-// nodeErr maps an error of c's request: one cut off by the call's own
-// deadline (or the client's socket timeout), not by the caller, is a node
-// timeout; the caller's context error stays the caller's.
-func (c *call) nodeErr(err error) error {
-	if err != nil && ctxErr(c.parent) == nil && isTimeout(c, err) {
-		return errNodeTimeout(err)
-	}
-	return err
-}
-
-// unsentError is the error of a request dropped before it left.
-func (c *call) unsentError() error {
-	if err := ctxErr(c.parent); err != nil {
-		return err
-	}
-	return errNodeTimeout(errUnsent)
-}
-
-// closeWorkers stops the workers once every request has ended (l.bg is
-// done) and waits for them.
-func (l *Locker) closeWorkers() {
-	for _, w := range l.workers {
-		close(w.stop)
-	}
-	for _, w := range l.workers {
-		<-w.done
-	}
 }

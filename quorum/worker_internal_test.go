@@ -13,7 +13,7 @@ import (
 func TestRanLater(t *testing.T) {
 	ctx := context.Background()
 	noScript := errors.New("NOSCRIPT No matching script. Please use EVAL.")
-	req := func(key string) *call { return &call{key: key} }
+	req := func(key string) *call { return &call{req: request{key: key}} }
 	cmd := func(err error) *redis.Cmd {
 		c := redis.NewCmd(ctx)
 		if err != nil {
