@@ -82,6 +82,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Issuer", func(t *testing.T) { testIssuer(t, srv) })
 	t.Run("FencedWrite", func(t *testing.T) { testFencedWrite(t, srv) })
 	t.Run("Claim", func(t *testing.T) { testClaim(t, srv) })
+	t.Run("Reserver", func(t *testing.T) { testReserver(t, srv) })
 }
 
 func testIssuer(t *testing.T, srv pgServer) {

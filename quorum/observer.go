@@ -7,10 +7,12 @@ import (
 
 // Fencer issues fence tokens: for each key, every call returns a number
 // strictly greater than any it returned before for that key, even across
-// restarts. With a Fencer (WithFencer), every lease carries one in Fence,
-// and the protected resource must reject a write whose fence is lower than
-// one it has seen: that makes a late holder harmless, which the lock alone
-// cannot.
+// restarts; or, reserving, the number the key's next token will be, taken
+// by the write itself so that at most one write commits each (see
+// fencing.Reserver). With a Fencer (WithFencer), every lease carries one
+// in Fence, and the protected resource must reject a write whose fence is
+// not above the last one it saw: that makes a late holder harmless, which
+// the lock alone cannot.
 type Fencer interface {
 	Next(ctx context.Context, key string) (int64, error)
 }
