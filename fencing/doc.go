@@ -19,6 +19,16 @@
 // satisfies the quorum package's Fencer interface, without this package
 // importing it.
 //
+// # Reserver and Take
+//
+// [Reserver] gives a lease its token without a commit of its own: Next
+// reads the number the key's counter will give next, and the holder takes
+// it with [Take] inside the transaction that writes the resource, which
+// moves the counter in the same commit and fails with [ErrStaleFence] when
+// any token was taken for the key since. Two holders can reserve the same
+// number; at most one takes it. The order service fences a batch of orders
+// this way: one lock round, one read and one commit.
+//
 // # Fenced writes
 //
 // [Table] describes a table whose rows carry a fence column (last_fence by
