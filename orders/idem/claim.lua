@@ -6,12 +6,12 @@
 -- ARGV[3]  processing lease, milliseconds (> 0)
 -- ARGV[4]  record TTL, milliseconds (> 0)
 --
--- Reply: {outcome, attempts, started_at_ms, lease_ms [, status, content_type, body]}
+-- Reply: {outcome, attempts, started_at_ms, lease_ms [, status, content_type, body, location]}
 --   CREATED              new record, IN_PROGRESS, owned by ARGV[2]; lease_ms is the lease granted
 --   TAKEOVER             the previous owner's lease had run out; ARGV[2] now owns the record,
 --                        attempts was incremented; lease_ms is the lease granted
 --   IN_PROGRESS          another owner holds an unexpired lease; lease_ms is what is left of it
---   SUCCESS              the saved response follows (status, content_type, body)
+--   SUCCESS              the saved response follows (status, content_type, body, location)
 --   FINGERPRINT_MISMATCH the record was made for a different request (checked before the state)
 -- A repeated claim by the current owner within its lease answers CREATED (attempts = 1) or
 -- TAKEOVER (attempts > 1) again, with what is left of the lease, and changes nothing.
@@ -33,7 +33,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local rec = redis.call('HMGET', key, 'state', 'fingerprint', 'owner', 'lease_until', 'attempts',
-  'started_at', 'status', 'content_type', 'body')
+  'started_at', 'status', 'content_type', 'body', 'location')
 local state = rec[1]
 
 if not state then
@@ -53,7 +53,7 @@ if rec[2] ~= fp then
 end
 
 if state == 'SUCCESS' then
-  return {'SUCCESS', attempts, started, 0, tonumber(rec[7]) or 0, rec[8] or '', rec[9] or ''}
+  return {'SUCCESS', attempts, started, 0, tonumber(rec[7]) or 0, rec[8] or '', rec[9] or '', rec[10] or ''}
 end
 
 if state ~= 'IN_PROGRESS' then

@@ -5,6 +5,7 @@
 -- ARGV[2]  response status code
 -- ARGV[3]  response content type
 -- ARGV[4]  response body (binary-safe)
+-- ARGV[5]  the response's Location (may be empty)
 --
 -- Reply: 'OK'         the record is SUCCESS (also when this owner had already completed it;
 --                     the first saved response is kept)
@@ -34,6 +35,6 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', key, 'state', 'SUCCESS', 'status', ARGV[2], 'content_type', ARGV[3],
-  'body', ARGV[4], 'completed_at', string.format('%d', now))
+  'body', ARGV[4], 'location', ARGV[5] or '', 'completed_at', string.format('%d', now))
 redis.call('HDEL', key, 'lease_until')
 return 'OK'

@@ -21,6 +21,7 @@
 //	lease_until    end of the processing lease, Unix milliseconds, node clock (IN_PROGRESS)
 //	taken_over_at  time of the last takeover (after a takeover)
 //	status, content_type, body   the saved response (SUCCESS)
+//	location                     the resource the response names, or "" (SUCCESS)
 //	completed_at   time it became SUCCESS
 //	repaired_at    time Repair wrote it (after a repair)
 //
@@ -165,6 +166,9 @@ type Response struct {
 	ContentType string
 	// Body is the body, byte for byte.
 	Body []byte
+	// Location is the resource the response names (its Location header),
+	// empty when it names none.
+	Location string
 }
 
 func (r Response) validate() error {
@@ -397,16 +401,17 @@ func parseClaim(v []any) (Result, error) {
 	case Created, Takeover, InProgress:
 		r.Lease = time.Duration(nums[2]) * time.Millisecond
 	case Success:
-		if len(v) != 7 {
-			return Result{}, fmt.Errorf("SUCCESS reply has %d elements, want 7", len(v))
+		if len(v) != 8 {
+			return Result{}, fmt.Errorf("SUCCESS reply has %d elements, want 8", len(v))
 		}
 		status, ok1 := v[4].(int64)
 		ct, ok2 := v[5].(string)
 		body, ok3 := v[6].(string)
-		if !ok1 || !ok2 || !ok3 {
-			return Result{}, fmt.Errorf("SUCCESS reply has types %T %T %T", v[4], v[5], v[6])
+		loc, ok4 := v[7].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return Result{}, fmt.Errorf("SUCCESS reply has types %T %T %T %T", v[4], v[5], v[6], v[7])
 		}
-		r.Response = &Response{Status: int(status), ContentType: ct, Body: []byte(body)}
+		r.Response = &Response{Status: int(status), ContentType: ct, Body: []byte(body), Location: loc}
 	}
 	return r, nil
 }
@@ -429,7 +434,7 @@ func (s *Store) Complete(ctx context.Context, k Key, owner string, resp Response
 		return err
 	}
 	i := s.NodeIndex(k)
-	v, err := s.complete.Run(ctx, s.nodes[i], []string{k.redis}, owner, resp.Status, resp.ContentType, resp.Body).Text()
+	v, err := s.complete.Run(ctx, s.nodes[i], []string{k.redis}, owner, resp.Status, resp.ContentType, resp.Body, resp.Location).Text()
 	if err != nil {
 		return wrap("complete", i, err)
 	}
@@ -491,7 +496,7 @@ func (s *Store) Repair(ctx context.Context, k Key, fingerprint string, resp Resp
 		return err
 	}
 	i := s.NodeIndex(k)
-	v, err := s.repair.Run(ctx, s.nodes[i], []string{k.redis}, fingerprint, resp.Status, resp.ContentType, resp.Body, ms(s.ttl)).Text()
+	v, err := s.repair.Run(ctx, s.nodes[i], []string{k.redis}, fingerprint, resp.Status, resp.ContentType, resp.Body, ms(s.ttl), resp.Location).Text()
 	if err != nil {
 		return wrap("repair", i, err)
 	}
@@ -577,6 +582,6 @@ func parseRecord(m map[string]string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec.Response = &Response{Status: int(status), ContentType: m["content_type"], Body: []byte(m["body"])}
+	rec.Response = &Response{Status: int(status), ContentType: m["content_type"], Body: []byte(m["body"]), Location: m["location"]}
 	return rec, nil
 }

@@ -118,7 +118,7 @@ func atoi(t *testing.T, s string) int64 {
 
 // created201() returns the response the tests save.
 func created201() idem.Response {
-	return idem.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"orderId":"o1","status":"CREATED"}`)}
+	return idem.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"orderId":"o1","status":"CREATED"}`), Location: "/orders/o1"}
 }
 
 func TestClaim(t *testing.T) {
@@ -218,7 +218,7 @@ func TestClaim(t *testing.T) {
 		}
 		r := mustClaim(t, f.store, k, "fp1", "B", idem.Success)
 		if r.Response == nil || r.Response.Status != 201 || r.Response.ContentType != created201().ContentType ||
-			!bytes.Equal(r.Response.Body, created201().Body) || r.Attempts != 1 || r.Lease != 0 {
+			!bytes.Equal(r.Response.Body, created201().Body) || r.Response.Location != "/orders/o1" || r.Attempts != 1 || r.Lease != 0 {
 			t.Fatalf("result %+v", r)
 		}
 	})
@@ -625,7 +625,7 @@ func TestRepair(t *testing.T) {
 		}
 		h := f.hash(t, k)
 		if h["state"] != "SUCCESS" || h["fingerprint"] != "fpdb" || h["status"] != "201" || h["attempts"] != "0" ||
-			h["repaired_at"] == "" || h["started_at"] == "" {
+			h["repaired_at"] == "" || h["started_at"] == "" || h["location"] != "/orders/o1" {
 			t.Fatalf("record %v", h)
 		}
 		if d := f.pttl(t, k); d <= ttl-time.Minute || d > ttl {

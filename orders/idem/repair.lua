@@ -6,6 +6,7 @@
 -- ARGV[3]  response content type
 -- ARGV[4]  response body (binary-safe)
 -- ARGV[5]  TTL in milliseconds for a record that did not exist (> 0)
+-- ARGV[6]  the response's Location (may be empty)
 --
 -- Reply: 'CREATED'   there was no record; a SUCCESS record with the TTL was written
 --        'REPAIRED'  the existing record is now SUCCESS; its TTL, owner, started_at and
@@ -25,7 +26,7 @@ if not existed then
   redis.call('HSET', key, 'started_at', now, 'attempts', '0')
 end
 redis.call('HSET', key, 'state', 'SUCCESS', 'fingerprint', ARGV[1], 'status', ARGV[2],
-  'content_type', ARGV[3], 'body', ARGV[4], 'completed_at', now, 'repaired_at', now)
+  'content_type', ARGV[3], 'body', ARGV[4], 'location', ARGV[6] or '', 'completed_at', now, 'repaired_at', now)
 redis.call('HDEL', key, 'lease_until')
 if not existed or redis.call('PTTL', key) < 0 then
   redis.call('PEXPIRE', key, ttl)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/quorumlock/quorumlock/fencing"
-	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
 
@@ -144,8 +141,9 @@ func (p PlaceOrder) validate() error {
 }
 
 // PlaceOrder places one order in one transaction, or answers from the
-// outcome already saved for (p.UserID, p.IdempotencyKey). The steps are
-// described in the package documentation. The results are:
+// outcome already saved for (p.UserID, p.IdempotencyKey): [Store.PlaceBatch]
+// with one order, saving p.Created with a new order and p.OutOfStock with
+// a rejection. The results are:
 //
 //   - a new order: the Outcome (Kind OutcomeOrder, Replayed false) and nil;
 //   - a replay of a saved order with the same fingerprint: the saved
@@ -164,145 +162,21 @@ func (s *Store) PlaceOrder(ctx context.Context, p PlaceOrder) (Outcome, error) {
 	if err := p.validate(); err != nil {
 		return Outcome{}, err
 	}
-	out, err := s.placeTx(ctx, p)
-	if isIdempotencyConflict(err) {
-		// A twin committed the same (user, key) first: our transaction
-		// rolled back (returning the stock), so answer from the original.
-		saved, lerr := s.lookup(ctx, p.UserID, p.IdempotencyKey.String())
-		if lerr != nil {
-			return Outcome{}, fmt.Errorf("store: place order: re-read after a concurrent twin: %w", lerr)
-		}
-		return replay(saved, p.Fingerprint)
-	}
-	return out, err
-}
-
-// placeTx runs the PlaceOrder transaction. A unique violation on
-// (user_id, idempotency_key) is returned as is, after rollback.
-func (s *Store) placeTx(ctx context.Context, p PlaceOrder) (_ Outcome, err error) {
-	tx, err := s.pool.Begin(ctx)
+	out, err := s.PlaceBatch(ctx, Batch{
+		ProductID: p.ProductID, Fence: p.Fence, FenceKey: p.FenceKey,
+		Orders: []OrderRequest{{UserID: p.UserID, IdempotencyKey: p.IdempotencyKey, Fingerprint: p.Fingerprint,
+			Quantity: p.Quantity, OrderID: p.OrderID}},
+		Snapshot: func(o Outcome) Snapshot {
+			if o.Kind == OutcomeOrder {
+				return p.Created
+			}
+			return p.OutOfStock
+		},
+	})
 	if err != nil {
-		return Outcome{}, fmt.Errorf("store: place order: begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-
-	key := p.IdempotencyKey.String()
-	if !s.noTwinLock {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, p.UserID, key); err != nil {
-			return Outcome{}, fmt.Errorf("store: place order: lock key: %w", err)
-		}
-	}
-	saved, err := lookupTx(ctx, tx, p.UserID, key)
-	switch {
-	case err == nil:
-		out, rerr := replay(saved, p.Fingerprint)
-		if cerr := tx.Commit(ctx); cerr != nil {
-			return Outcome{}, fmt.Errorf("store: place order: end read: %w", cerr)
-		}
-		return out, rerr
-	case !errors.Is(err, ErrNotFound):
 		return Outcome{}, err
 	}
-
-	if p.Fence == 0 {
-		// Postgres arbitrates alone: lock the stock row, then take the
-		// next fence in the same transaction.
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM product_stock WHERE product_id = $1 FOR UPDATE`, p.ProductID).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Outcome{}, fmt.Errorf("%w: %q", ErrUnknownProduct, p.ProductID)
-		}
-		if err != nil {
-			return Outcome{}, fmt.Errorf("store: place order: lock stock: %w", err)
-		}
-		iss, err := fencing.NewIssuer(tx)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if p.Fence, err = iss.Next(ctx, p.FenceKey); err != nil {
-			return Outcome{}, fmt.Errorf("store: place order: %w", err)
-		}
-	}
-	var price int64
-	err = s.stock.Update(ctx, tx, fencing.Update{
-		Key:       p.ProductID,
-		Fence:     p.Fence,
-		Set:       []fencing.Assignment{fencing.Sub("available", p.Quantity)},
-		Where:     []fencing.Condition{fencing.Ge("available", p.Quantity)},
-		Returning: []string{"price_cents"},
-	}, &price)
-	switch {
-	case errors.Is(err, fencing.ErrNotFound):
-		return Outcome{}, fmt.Errorf("%w: %q", ErrUnknownProduct, p.ProductID)
-	case errors.Is(err, fencing.ErrStaleFence):
-		return Outcome{}, fmt.Errorf("store: place order: %w", err)
-	case errors.Is(err, fencing.ErrConditionFailed):
-		return s.saveOutOfStock(ctx, tx, p)
-	case err != nil:
-		return Outcome{}, fmt.Errorf("store: place order: take stock: %w", err)
-	}
-	s.failpoints.Hit(failpoint.AfterDecrement)
-	if price > math.MaxInt64/p.Quantity {
-		return Outcome{}, fmt.Errorf("%w: amount %d x %d overflows", ErrInvalid, price, p.Quantity)
-	}
-
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	o := Order{
-		ID:             p.OrderID,
-		UserID:         p.UserID,
-		ProductID:      p.ProductID,
-		Quantity:       p.Quantity,
-		AmountCents:    price * p.Quantity,
-		IdempotencyKey: key,
-		Fingerprint:    p.Fingerprint,
-		Status:         StatusCreated,
-		Fence:          p.Fence,
-		CreatedAt:      now,
-		UpdatedAt:      now,
-	}
-	status, body := p.Created.Status, nonNil(p.Created.Body)
-	_, err = tx.Exec(ctx, `INSERT INTO orders (`+orderColumns+`, response_status, response_body)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-		o.ID, o.UserID, o.ProductID, o.Quantity, o.AmountCents, o.IdempotencyKey,
-		o.Fingerprint, o.Status, o.Fence, o.CreatedAt, o.UpdatedAt, status, body)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("store: place order: insert: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return Outcome{}, fmt.Errorf("store: place order: commit: %w", err)
-	}
-	return orderOutcome(o, status, body), nil
-}
-
-// saveOutOfStock records the rejection and commits.
-func (s *Store) saveOutOfStock(ctx context.Context, tx pgx.Tx, p PlaceOrder) (Outcome, error) {
-	status, body := p.OutOfStock.Status, nonNil(p.OutOfStock.Body)
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	_, err := tx.Exec(ctx, `INSERT INTO request_outcomes (user_id, idempotency_key, request_fingerprint, outcome,
-product_id, quantity, response_status, response_body, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		p.UserID, p.IdempotencyKey.String(), p.Fingerprint, OutcomeOutOfStock, p.ProductID, p.Quantity, status, body, now)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("store: place order: save out-of-stock outcome: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return Outcome{}, fmt.Errorf("store: place order: commit out-of-stock outcome: %w", err)
-	}
-	return Outcome{
-		Kind:           OutcomeOutOfStock,
-		UserID:         p.UserID,
-		IdempotencyKey: p.IdempotencyKey.String(),
-		Fingerprint:    p.Fingerprint,
-		ProductID:      p.ProductID,
-		Quantity:       p.Quantity,
-		ResponseStatus: status,
-		ResponseBody:   body,
-		CreatedAt:      now,
-	}, outOfStockErr(p.ProductID, p.Quantity)
+	return out.Orders[0].Outcome, out.Orders[0].Err
 }
 
 func outOfStockErr(productID string, qty int64) error {

@@ -203,6 +203,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// MaxConns is the size of the store's connection pool: how many
+// transactions can run at once.
+func (s *Store) MaxConns() int { return int(s.pool.Config().MaxConns) }
+
 const orderColumns = `order_id, user_id, product_id, quantity, amount_cents, idempotency_key,
 request_fingerprint, status, fence, created_at, updated_at`
 
