@@ -29,7 +29,9 @@ func Example() {
 	for _, addr := range []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"} {
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true}))
 	}
-	fences, _ := fencing.NewIssuer(pool)
+	// Leases carry fences reserved in Postgres; the order transaction
+	// takes each, in the same commit as the write it fences.
+	fences, _ := fencing.NewReserver(pool)
 	locker, err := quorum.New(nodes, quorum.WithFencer(fences))
 	if err != nil {
 		log.Fatal(err)
@@ -37,7 +39,7 @@ func Example() {
 	defer locker.Close() // it runs a goroutine per node
 	claims, _ := idem.New(nodes)
 	st, _ := store.New(pool)
-	svc, err := orders.New(st, fences,
+	svc, err := orders.New(st,
 		orders.WithLocker(orders.QuorumLocker(locker)),
 		orders.WithIdempotency(claims),
 		orders.WithFallback(orders.FallbackDB))

@@ -14,7 +14,6 @@ import (
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // fenceFailingLocker wins the lock but cannot take its fence, as a
@@ -47,7 +46,7 @@ func TestFenceFailureIsNotBusy(t *testing.T) {
 type notAcquiredLocker struct{}
 
 func (notAcquiredLocker) Lock(ctx context.Context, key string) (orders.Lease, error) {
-	return nil, fmt.Errorf("quorum: lock %q: %w", key, quorum.ErrNotAcquired)
+	return nil, fmt.Errorf("lock %q: %w", key, orders.ErrLockBusy)
 }
 
 // A body that cannot be read is a 400 whose detail names no socket

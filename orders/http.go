@@ -159,7 +159,19 @@ func (s *Service) handleCancel(ctx context.Context, user string, r *http.Request
 		return *bad
 	}
 	o, err := s.store.Cancel(ctx, r.PathValue("id"))
+	if err == nil {
+		s.Restocked(o.ProductID)
+	}
 	return s.transitionReply(o, err)
+}
+
+// Restocked tells the service that units of product came back to its
+// stock (a cancelled or expired order): a sold-out report of this instance
+// ends at once.
+func (s *Service) Restocked(product string) {
+	if s.queues != nil {
+		s.queues.restocked(product)
+	}
 }
 
 func (s *Service) handlePay(ctx context.Context, user string, r *http.Request) Reply {
@@ -247,14 +259,14 @@ func (s *Service) handleRequest(ctx context.Context, user string, r *http.Reques
 		if rec, err = s.idem.Get(ctx, k); err == nil {
 			haveRec = true
 			if rec.State == idem.StateSuccess && rec.Response != nil {
-				return replay(rec.Response.Status, rec.Response.Body)
+				return s.render(answer{kind: kindRecord, record: rec.Response}, key.String())
 			}
 		}
 	}
 	out, err := s.store.Lookup(ctx, user, key)
 	switch {
 	case err == nil:
-		rep := replay(out.ResponseStatus, out.ResponseBody)
+		rep := s.render(answer{kind: kindOutcome, out: out}, key.String())
 		if haveRec {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			if err := s.idem.Repair(rctx, k, out.Fingerprint, rep.saved()); err != nil {
@@ -268,7 +280,7 @@ func (s *Service) handleRequest(ctx context.Context, user string, r *http.Reques
 	case haveRec && rec.State == idem.StateInProgress && rec.LeaseLeft > 0:
 		// LeaseLeft is measured on the node's clock, so a skew between
 		// this host and the node does not turn a live attempt into a 404.
-		return s.inProgress(key, rec.LeaseLeft)
+		return s.inProgressReply(key.String(), rec.LeaseLeft, CodesSeed)
 	}
 	return problemReply(problem.NotFound("no completed request with this Idempotency-Key; retry the POST with it"))
 }

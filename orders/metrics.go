@@ -18,7 +18,12 @@ type Metrics struct {
 	fallbacks *prometheus.CounterVec
 	repairs   prometheus.Counter
 	requests  *prometheus.HistogramVec
+	batches   prometheus.Histogram
 }
+
+// placeOutcomes are the labels of orders_place_total.
+var placeOutcomes = []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product",
+	"stale_fence", "lock_busy", "lock_unavailable", "shed", "cancelled", "invalid", "error"}
 
 // NewMetrics registers the service's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -29,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"outcome"}),
 		places: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_place_total",
-			Help: "POST /orders by the outcome that decided it, whichever layer did (Redis record or Postgres): created, replayed, in_progress, out_of_stock, fingerprint_mismatch, unknown_product, lock_busy, invalid, error; and stale_fence for every order transaction a newer fence refused (that request then retries).",
+			Help: "POST /orders by the outcome that decided it, whichever layer did (Redis record or Postgres): created, replayed, in_progress, out_of_stock, fingerprint_mismatch, unknown_product, lock_busy, lock_unavailable, shed (the queue was full or the wait ran out), cancelled, invalid, error; and stale_fence for every order transaction a newer fence refused (its orders then retry under a new lease).",
 		}, []string{"outcome"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_lock_fallback_total",
@@ -44,8 +49,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "HTTP request durations by route and status code.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"route", "code"}),
+		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orders_batch_size",
+			Help:    "Orders placed per transaction (or answered per sold-out write) by the per-product queues.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.places, m.fallbacks, m.repairs, m.requests} {
+	for _, c := range []prometheus.Collector{m.claims, m.places, m.fallbacks, m.repairs, m.requests, m.batches} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -55,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, o := range []string{"CREATED", "IN_PROGRESS", "SUCCESS", "FINGERPRINT_MISMATCH", "TAKEOVER", "UNAVAILABLE"} {
 		m.claims.WithLabelValues(o)
 	}
-	for _, o := range []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product", "stale_fence", "lock_busy", "invalid", "error"} {
+	for _, o := range placeOutcomes {
 		m.places.WithLabelValues(o)
 	}
 	for _, f := range []Fallback{FallbackDB, FallbackReject} {
@@ -73,6 +83,12 @@ func (m *Metrics) claim(outcome string) {
 func (m *Metrics) place(outcome string) {
 	if m != nil {
 		m.places.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (m *Metrics) batch(n int) {
+	if m != nil {
+		m.batches.Observe(float64(n))
 	}
 }
 

@@ -17,7 +17,7 @@ func TestMetricsStartAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]int{
-		"orders_place_total":              10,
+		"orders_place_total":              13,
 		"orders_idempotency_claims_total": 6,
 		"orders_lock_fallback_total":      2,
 	} {

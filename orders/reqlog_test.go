@@ -57,7 +57,14 @@ func (r *tokenLocker) Lock(ctx context.Context, key string) (orders.Lease, error
 	r.mu.Lock()
 	r.tokens = append(r.tokens, lease.Token())
 	r.mu.Unlock()
-	return lease, nil
+	return tokenLease{lease}, nil
+}
+
+// tokenLease is a quorum lease as the service sees one.
+type tokenLease struct{ *quorum.Lease }
+
+func (l tokenLease) Detail() orders.LeaseDetail {
+	return orders.LeaseDetail{Key: l.Key(), TokenDigest: l.TokenDigest(), Fence: l.Fence(), Until: l.Until()}
 }
 
 // The request log carries the lock key, the token's digest, the fence, the
@@ -65,7 +72,7 @@ func (r *tokenLocker) Lock(ctx context.Context, key string) (orders.Lease, error
 // idempotency outcome, and never a token.
 func TestRequestLog(t *testing.T) {
 	r := newRig(t, 10)
-	issuer, err := fencing.NewIssuer(r.pool)
+	issuer, err := fencing.NewReserver(r.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +152,7 @@ func TestRequestLog(t *testing.T) {
 // with the lock key and no token.
 func TestRequestLogFallback(t *testing.T) {
 	r := newRig(t, 10)
-	issuer, err := fencing.NewIssuer(r.pool)
+	issuer, err := fencing.NewReserver(r.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func (r *rig) instanceWith(t *testing.T, p payment.Provider, opts ...orders.Opti
 	for _, c := range bedtest.RedisClients(t, r.bed) {
 		clients = append(clients, c)
 	}
-	issuer, err := fencing.NewIssuer(pool)
+	issuer, err := fencing.NewReserver(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func (r *rig) instanceWith(t *testing.T, p payment.Provider, opts ...orders.Opti
 	}
 	all := append([]orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
 		orders.WithPayments(payments)}, opts...)
-	svc, err := orders.New(st, issuer, all...)
+	svc, err := orders.New(st, all...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,76 +1,17 @@
 package orders
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/quorum"
 )
-
-// Locker takes the stock lock. *quorum.Locker satisfies it through
-// QuorumLocker.
-type Locker interface {
-	Lock(ctx context.Context, key string) (Lease, error)
-}
-
-// Lease is a held stock lock.
-type Lease interface {
-	// Fence is the lease's fence token for its key (> 0).
-	Fence() int64
-	// Unlock releases the lock.
-	Unlock(ctx context.Context) error
-}
-
-// Fencer issues fence tokens; fencing.Issuer satisfies it. The service
-// uses it directly when it arbitrates with Postgres alone, with the same
-// key as the lock, so those tokens and the lock's share one sequence.
-type Fencer interface {
-	Next(ctx context.Context, key string) (int64, error)
-}
-
-type quorumLocker struct{ l *quorum.Locker }
-
-func (q quorumLocker) Lock(ctx context.Context, key string) (Lease, error) {
-	lease, err := q.l.Lock(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return lease, nil
-}
-
-// QuorumLocker adapts a quorum.Locker (configured with a Fencer, so that
-// every lease carries a fence) to Locker.
-func QuorumLocker(l *quorum.Locker) Locker { return quorumLocker{l} }
-
-// Fallback says what the service does when the lock cannot be taken.
-type Fallback string
-
-// Fallback modes.
-const (
-	// FallbackDB lets Postgres arbitrate alone: a fence from the Fencer and
-	// the conditional decrement still hold. The default.
-	FallbackDB Fallback = "db"
-	// FallbackReject answers 503 with Retry-After.
-	FallbackReject Fallback = "reject"
-)
-
-// ParseFallback reads a Fallback from configuration.
-func ParseFallback(s string) (Fallback, error) {
-	switch f := Fallback(s); f {
-	case FallbackDB, FallbackReject:
-		return f, nil
-	case "":
-		return FallbackDB, nil
-	}
-	return "", fmt.Errorf("%w: lock fallback %q: want db or reject", ErrConfig, s)
-}
 
 // Codes says which HTTP status codes answer the two idempotency conflicts:
 // a request whose key another attempt is still processing, and a key
@@ -103,72 +44,101 @@ func ParseCodes(s string) (Codes, error) {
 // ErrConfig is wrapped by every configuration error of New.
 var ErrConfig = errors.New("orders: invalid configuration")
 
-// Stock lock keys are "stock:" + product id.
-func stockKey(productID string) string { return "stock:" + productID }
+// Defaults of the options.
+const (
+	// DefaultBatchLimit is the most orders one transaction places.
+	DefaultBatchLimit = 128
+	// DefaultQueueLimit is the most requests that wait per product (with
+	// a lock) or per instance (without).
+	DefaultQueueLimit = 4096
+	// DefaultQueueWait is the longest a request waits for its turn before
+	// it is answered 503, having written nothing: room for the batch ahead
+	// to wait its lock out, and its own to run.
+	DefaultQueueWait = 5 * time.Second
+	// DefaultSoldOutRecheck bounds how long a product Postgres reported
+	// sold out is answered from that report before a transaction looks
+	// again: a restock on another instance is seen within it.
+	DefaultSoldOutRecheck = time.Second
+)
 
 // Service runs the order flow. It is safe for concurrent use; several
 // instances may share one Postgres and one set of Redis nodes.
 type Service struct {
-	store    *store.Store
-	fencer   Fencer
-	idem     *idem.Store
-	locker   Locker
-	payments *payment.Service
-	fallback Fallback
-	codes    Codes
+	store *store.Store
+	config
+	queues   *combiner    // with a locker: the per-product queues
+	admitted chan token   // without one: the placements under way, one per connection
+	waiting  atomic.Int64 // without one: the placements waiting for a place
+	lockDown atomic.Int64 // until when (unix ns) the queues go without the lock (see lockProbe)
+}
 
+type token struct{}
+
+type config struct {
+	idem              *idem.Store
+	locker            Locker
+	payments          *payment.Service
+	fallback          Fallback
+	codes             Codes
 	callbackSecret    []byte
 	callbackTolerance time.Duration
 	retry             time.Duration
 	attempts          int
+	batchLimit        int
+	queueLimit        int
+	queueWait         time.Duration
+	soldOutFor        time.Duration
 	metrics           *Metrics
 	log               *slog.Logger
 	failpoints        *failpoint.Set
 }
 
 // Option configures New.
-type Option func(*Service) error
+type Option func(*config) error
 
 // WithIdempotency sets the Redis fast path for idempotency claims. Without
 // it every request goes to Postgres, which still answers replays.
 func WithIdempotency(s *idem.Store) Option {
-	return func(svc *Service) error { svc.idem = s; return nil }
+	return func(c *config) error { c.idem = s; return nonNil(s, "idempotency store") }
 }
 
-// WithLocker sets the stock lock. Without it the service arbitrates with
-// Postgres alone.
+// WithLocker sets the stock lock. With it, the requests for one product
+// queue on this instance and are placed in batches, each under one lease
+// (see the package documentation); without it, each request runs its own
+// transaction and Postgres arbitrates alone.
 func WithLocker(l Locker) Option {
-	return func(svc *Service) error { svc.locker = l; return nil }
+	return func(c *config) error { c.locker = l; return nonNil(l, "locker") }
 }
 
 // WithFallback sets what happens when the lock cannot be taken (default
 // FallbackDB).
 func WithFallback(f Fallback) Option {
-	return func(svc *Service) error {
-		if _, err := ParseFallback(string(f)); err != nil {
-			return err
+	return func(c *config) error {
+		if f == "" {
+			return fmt.Errorf("%w: empty lock fallback", ErrConfig)
 		}
-		svc.fallback = f
-		return nil
+		var err error
+		c.fallback, err = ParseFallback(string(f))
+		return err
 	}
 }
 
 // WithIdempotencyCodes sets the status codes of the idempotency conflicts
 // (default CodesSeed). Either way nothing is saved for them: a retry with
 // the same key still gets the request's real answer.
-func WithIdempotencyCodes(c Codes) Option {
-	return func(svc *Service) error {
-		if _, err := ParseCodes(string(c)); err != nil || c == "" {
-			return fmt.Errorf("%w: idempotency codes %q: want seed or ietf", ErrConfig, c)
+func WithIdempotencyCodes(codes Codes) Option {
+	return func(c *config) error {
+		if _, err := ParseCodes(string(codes)); err != nil || codes == "" {
+			return fmt.Errorf("%w: idempotency codes %q: want seed or ietf", ErrConfig, codes)
 		}
-		svc.codes = c
+		c.codes = codes
 		return nil
 	}
 }
 
 // WithPayments enables POST /orders/{id}/pay.
 func WithPayments(p *payment.Service) Option {
-	return func(svc *Service) error { svc.payments = p; return nil }
+	return func(c *config) error { c.payments = p; return nonNil(p, "payment service") }
 }
 
 // WithPaymentCallbacks makes the handler take provider callbacks on POST
@@ -176,72 +146,120 @@ func WithPayments(p *payment.Service) Option {
 // within tolerance of this host's clock (0: DefaultCallbackTolerance).
 // Without it that route answers 404.
 func WithPaymentCallbacks(secret []byte, tolerance time.Duration) Option {
-	return func(svc *Service) error {
+	return func(c *config) error {
 		if len(secret) < 16 {
-			return errors.New("orders: the payment callback secret must be at least 16 bytes")
+			return fmt.Errorf("%w: the payment callback secret must be at least 16 bytes", ErrConfig)
 		}
 		if tolerance < 0 {
-			return fmt.Errorf("orders: negative callback tolerance %v", tolerance)
+			return fmt.Errorf("%w: negative callback tolerance %v", ErrConfig, tolerance)
 		}
 		if tolerance == 0 {
 			tolerance = DefaultCallbackTolerance
 		}
-		svc.callbackSecret, svc.callbackTolerance = append([]byte(nil), secret...), tolerance
+		c.callbackSecret, c.callbackTolerance = append([]byte(nil), secret...), tolerance
 		return nil
 	}
 }
 
 // WithRetryAfter sets the Retry-After of 503 answers (default 1s).
 func WithRetryAfter(d time.Duration) Option {
-	return func(svc *Service) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: retry-after %v", ErrConfig, d)
+	return func(c *config) error { c.retry = d; return positive(d, "retry-after") }
+}
+
+// WithBatchLimit sets the most orders one transaction places (default
+// DefaultBatchLimit, at most store.MaxBatch).
+func WithBatchLimit(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > store.MaxBatch {
+			return fmt.Errorf("%w: batch limit %d: want 1..%d", ErrConfig, n, store.MaxBatch)
 		}
-		svc.retry = d
+		c.batchLimit = n
 		return nil
 	}
 }
 
+// WithQueue bounds the waiting: at most limit requests wait, per product
+// with a locker, per instance without one (default DefaultQueueLimit), and
+// none longer than wait (default DefaultQueueWait). A request past either
+// bound is answered 503 with Retry-After at once and writes nothing.
+func WithQueue(limit int, wait time.Duration) Option {
+	return func(c *config) error {
+		if limit < 1 {
+			return fmt.Errorf("%w: queue limit %d: want at least 1", ErrConfig, limit)
+		}
+		c.queueLimit, c.queueWait = limit, wait
+		return positive(wait, "queue wait")
+	}
+}
+
+// WithSoldOutRecheck bounds how long a product that Postgres reported sold
+// out is answered from that report (default DefaultSoldOutRecheck): the
+// requests meanwhile get the out-of-stock answer, saved in one batched
+// write, without the lock. A cancel or expiry on this instance ends it at
+// once; a restock elsewhere within d.
+func WithSoldOutRecheck(d time.Duration) Option {
+	return func(c *config) error { c.soldOutFor = d; return positive(d, "sold-out recheck") }
+}
+
 // WithMetrics records the service's counters in m.
 func WithMetrics(m *Metrics) Option {
-	return func(svc *Service) error { svc.metrics = m; return nil }
+	return func(c *config) error { c.metrics = m; return nonNil(m, "metrics") }
 }
 
 // WithFailpoints arms the crash points of fp in the order flow, for drills
 // (see internal/failpoint: only a build with the failpoints tag can arm
 // any). A nil Set, the default, arms none.
 func WithFailpoints(fp *failpoint.Set) Option {
-	return func(svc *Service) error { svc.failpoints = fp; return nil }
+	return func(c *config) error { c.failpoints = fp; return nil }
 }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(svc *Service) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrConfig)
-		}
-		svc.log = l
-		return nil
-	}
+	return func(c *config) error { c.log = l; return nonNil(l, "logger") }
 }
 
-// New returns a service over st. fencer issues the fences used when the
-// service arbitrates with Postgres alone.
-func New(st *store.Store, fencer Fencer, opts ...Option) (*Service, error) {
-	if st == nil || fencer == nil {
-		return nil, fmt.Errorf("%w: a store and a fencer are required", ErrConfig)
+// nonNil is the error of an option given a nil value.
+func nonNil[T comparable](v T, what string) error {
+	var zero T
+	if v == zero {
+		return fmt.Errorf("%w: nil %s", ErrConfig, what)
 	}
-	s := &Service{store: st, fencer: fencer, fallback: FallbackDB, codes: CodesSeed, retry: time.Second, attempts: 3,
-		log: slog.New(slog.DiscardHandler)}
-	for _, o := range opts {
-		if err := o(s); err != nil {
+	return nil
+}
+
+func positive(d time.Duration, what string) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: %s %v: want more than 0", ErrConfig, what, d)
+	}
+	return nil
+}
+
+// New returns a service over st.
+func New(st *store.Store, opts ...Option) (*Service, error) {
+	if st == nil {
+		return nil, fmt.Errorf("%w: a store is required", ErrConfig)
+	}
+	c := config{fallback: FallbackDB, codes: CodesSeed, retry: time.Second, attempts: 3,
+		batchLimit: DefaultBatchLimit, queueLimit: DefaultQueueLimit, queueWait: DefaultQueueWait,
+		soldOutFor: DefaultSoldOutRecheck, log: slog.New(slog.DiscardHandler)}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrConfig, i)
+		}
+		if err := o(&c); err != nil {
 			return nil, err
 		}
+	}
+	s := &Service{store: st, config: c}
+	if c.locker != nil {
+		s.queues = newCombiner(s)
+	} else {
+		s.admitted = make(chan token, max(st.MaxConns(), 1))
 	}
 	return s, nil
 }
 
-// budget is how long the locked part of a request may take: less than the
+// budget is how long the placing of a request may take: less than the
 // processing lease, so a retry never takes over a request still running.
 func (s *Service) budget() time.Duration {
 	if s.idem == nil {
@@ -252,19 +270,3 @@ func (s *Service) budget() time.Duration {
 
 // Store returns the service's store.
 func (s *Service) Store() *store.Store { return s.store }
-
-// unlock releases a lease after the response is saved, bounded, and even
-// when the request's context has ended, and notes in rl how it went.
-func (s *Service) unlock(ctx context.Context, rl *requestLog, lease Lease) {
-	if lease == nil {
-		return
-	}
-	rl.releasing(lease)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	err := lease.Unlock(ctx)
-	rl.unlocked(err)
-	if err != nil {
-		s.log.Warn("stock unlock not confirmed", "key", rl.lockKey, "token", rl.token, "unlock", rl.unlock, "err", err)
-	}
-}

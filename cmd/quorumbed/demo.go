@@ -634,7 +634,8 @@ func operatorGroups(sets []metricSet) []metricGroup {
 		}
 		return rows
 	}
-	placeOrder := []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product", "stale_fence", "lock_busy", "invalid", "error"}
+	placeOrder := []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product",
+		"stale_fence", "lock_busy", "lock_unavailable", "shed", "cancelled", "invalid", "error"}
 	places := slices.DeleteFunc(values(metricPlace, "outcome", []string{"created"}, placeOrder), func(v string) bool { return v == "stale_fence" })
 	claimOrder := []string{"CREATED", "IN_PROGRESS", "SUCCESS", "FINGERPRINT_MISMATCH", "TAKEOVER", "UNAVAILABLE"}
 	acquireOrder := []string{"acquired", "not_acquired", "unavailable", "canceled", "error"}
