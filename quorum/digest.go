@@ -23,12 +23,12 @@ func (le *Lease) TokenDigest() string { return TokenDigest(le.token) }
 // its key, token digest, fence and the validity left, never the token.
 func (le *Lease) LogValue() slog.Value {
 	attrs := []slog.Attr{
-		slog.String("key", le.key),
+		slog.String("key", le.name),
 		slog.String("token", le.TokenDigest()),
 		slog.Duration("valid_for", max(time.Until(le.Until()), 0)),
 	}
-	if le.fence != 0 {
-		attrs = append(attrs, slog.Int64("fence", le.fence))
+	if f := le.Fence(); f != 0 {
+		attrs = append(attrs, slog.Int64("fence", f))
 	}
 	return slog.GroupValue(attrs...)
 }
@@ -36,5 +36,5 @@ func (le *Lease) LogValue() slog.Value {
 // String describes the lease for humans (fmt's %v): key and token digest,
 // never the token.
 func (le *Lease) String() string {
-	return "lease " + le.key + " token " + le.TokenDigest()
+	return "lease " + le.name + " token " + le.TokenDigest()
 }

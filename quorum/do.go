@@ -27,11 +27,18 @@ import (
 // release runs even when fn panics; one that some nodes did not confirm is
 // reported to the Observer, not returned. No goroutine started by Do
 // outlives it.
-func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error) (err error) {
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error) error {
+	return l.DoMulti(ctx, []string{key}, fn)
+}
+
+// DoMulti is Do on a multi-key lease (see LockMulti): the watchdog extends
+// every key at once, and a key gone from a majority of nodes loses the
+// whole lease.
+func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	if fn == nil {
 		return errors.New("quorum: Do: fn is nil")
 	}
-	lease, err := l.Lock(ctx, key)
+	lease, err := l.LockMulti(ctx, keys...)
 	if err != nil {
 		return err
 	}
@@ -45,7 +52,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 			lost = uerr
 		}
 		if lost != nil && !errors.Is(err, ErrLeaseLost) {
-			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", key, lost))
+			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", lease.name, lost))
 		}
 	}()
 	return fn(fctx, lease)
@@ -100,7 +107,7 @@ func (k *keepalive) marginReached() {
 		return
 	}
 	k.lost = fmt.Errorf("quorum: do %q: %w: no extension got through and less than the safety margin %v of validity is left",
-		k.lease.key, ErrLeaseLost, k.l.cfg.margin)
+		k.lease.name, ErrLeaseLost, k.l.cfg.margin)
 	k.cancel(k.lost)
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,8 +19,9 @@ import (
 // the only place that hands requests to the nodes' workers.
 type request struct {
 	op       Op
-	key      string
-	args     []any // EVALSHA sha numkeys keys... args...: built once for every node
+	key      string   // the target's name (see target)
+	keys     []string // the target's keys
+	args     []any    // EVALSHA sha numkeys keys... args...: built once for every node
 	deadline time.Time
 	targets  []int // the nodes asked; nil means every node
 	fast     bool  // on the fast lane (see lanes)
@@ -241,7 +244,48 @@ func newLuaScript(src string) *luaScript {
 	return &luaScript{src: src, bsha: hex.EncodeToString(h[:])}
 }
 
-// evalsha returns the arguments of an EVALSHA of the script on one key.
-func (s *luaScript) evalsha(key any, args ...any) []any {
-	return append(append(make([]any, 0, 4+len(args)), "evalsha", s.bsha, 1, key), args...)
+// evalsha returns the arguments of an EVALSHA of the script on keys (boxed)
+// with argv.
+func (s *luaScript) evalsha(keys []any, argv ...any) []any {
+	a := append(make([]any, 0, 3+len(keys)+len(argv)), "evalsha", s.bsha, len(keys))
+	return append(append(a, keys...), argv...)
+}
+
+// target is what one lease locks: one key, or several, sorted and
+// distinct, taken all or nothing on each node.
+type target struct {
+	name  string   // the key, or the keys joined by "," (the Observer's, the errors')
+	keys  []string // sorted, distinct
+	boxed []any    // the keys boxed once, for every request's arguments
+}
+
+// newTarget checks keys and returns them as a target.
+func newTarget(keys []string) (target, error) {
+	ks := slices.Clone(keys)
+	slices.Sort(ks)
+	ks = slices.Compact(ks)
+	if len(ks) == 0 {
+		return target{}, errors.New("quorum: no key")
+	}
+	t := target{name: strings.Join(ks, ","), keys: ks, boxed: make([]any, len(ks))}
+	for i, k := range ks {
+		switch k {
+		case "":
+			return target{}, errors.New("quorum: empty key")
+		case BootMarkerKey:
+			return target{}, fmt.Errorf("quorum: key %q is reserved for the restart marker", k)
+		}
+		t.boxed[i] = k
+	}
+	return t, nil
+}
+
+// overlaps reports whether two requests share a key.
+func (r request) overlaps(o request) bool {
+	for _, k := range r.keys {
+		if slices.Contains(o.keys, k) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -20,13 +21,14 @@ const (
 // the package's timing assumptions hold. It is ownership only; keeping it
 // alive is Do's job (see keepalive). Its methods are safe for concurrent use.
 type Lease struct {
-	l            *Locker
-	key, token   string
-	fence        int64
-	bkey, btoken any       // key and token boxed once, for every request's arguments
-	start        time.Time // when the acquiring vote started
-	acqDeadline  time.Time // the acquiring call's deadline
-	fast         bool      // the acquisition's lane (see lanes)
+	l           *Locker
+	target                // the keys
+	token       string    // the value of every key on the nodes that granted them
+	fences      []int64   // per key, from the Fencer (nil without one)
+	btoken      any       // the token boxed once, for every request's arguments
+	start       time.Time // when the acquiring vote started
+	acqDeadline time.Time // the acquiring call's deadline
+	fast        bool      // the acquisition's lane (see lanes)
 
 	extendMu sync.Mutex // one extension at a time
 	unlockMu sync.Mutex // one release at a time
@@ -51,16 +53,30 @@ func (le *Lease) arm() {
 	}
 }
 
-// Key returns the locked key.
-func (le *Lease) Key() string { return le.key }
+// Key returns the locked key (of a multi-key lease, the first in order).
+func (le *Lease) Key() string { return le.keys[0] }
 
-// Token returns the lease's random token: the value of the key on the nodes
-// that granted it (at least 128 random bits).
+// Keys returns the locked keys, sorted.
+func (le *Lease) Keys() []string { return slices.Clone(le.keys) }
+
+// Token returns the lease's random token: the value of its keys on the
+// nodes that granted them (at least 128 random bits).
 func (le *Lease) Token() string { return le.token }
 
-// Fence returns the fence token from the configured Fencer, or 0 when no
-// Fencer is set. Pass it to the protected resource with every write.
-func (le *Lease) Fence() int64 { return le.fence }
+// Fence returns the fence token of Key from the configured Fencer, or 0
+// when no Fencer is set. Pass it to the protected resource with every
+// write.
+func (le *Lease) Fence() int64 { return le.FenceOf(le.keys[0]) }
+
+// FenceOf returns the fence token of key, one of the lease's keys: each key
+// has its own, from the sequence every lease on that key draws from. It is
+// 0 without a Fencer or for a key the lease does not hold.
+func (le *Lease) FenceOf(key string) int64 {
+	if i, ok := slices.BinarySearch(le.keys, key); ok && le.fences != nil {
+		return le.fences[i]
+	}
+	return 0
+}
 
 // Until returns the end of the lease's validity: the start of the
 // acquiring vote (or of the last extension) plus the TTL minus the drift
@@ -82,7 +98,7 @@ func (le *Lease) Err() error {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	if le.state == stateReleased && le.err == nil {
-		le.err = fmt.Errorf("quorum: %q: %w", le.key, ErrReleased)
+		le.err = fmt.Errorf("quorum: %q: %w", le.name, ErrReleased)
 	}
 	return le.err
 }
@@ -106,7 +122,7 @@ func (le *Lease) end(state leaseState, err error, reason LostReason) bool {
 	le.mu.Unlock()
 	if held {
 		if reason != 0 {
-			le.l.cfg.observer.ObserveLost(LostEvent{Key: le.key, Reason: reason, Held: time.Since(le.start)})
+			le.l.cfg.observer.ObserveLost(LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
 		}
 		close(le.lost)
 	}
@@ -115,11 +131,11 @@ func (le *Lease) end(state leaseState, err error, reason LostReason) bool {
 
 // expire runs when the validity timer fires.
 func (le *Lease) expire() {
-	le.end(stateLost, fmt.Errorf("quorum: %q: %w: validity ran out", le.key, ErrLeaseLost), LostExpired)
+	le.end(stateLost, fmt.Errorf("quorum: %q: %w: validity ran out", le.name, ErrLeaseLost), LostExpired)
 }
 
-// Extend sets the key's TTL to ttl on every node that still holds the token
-// (compare-and-pexpire). It succeeds when a majority confirms before the
+// Extend sets the keys' TTL to ttl on every node that still holds the
+// token on every key (compare-and-pexpire, all or nothing per node). It succeeds when a majority confirms before the
 // current validity ends; Until then becomes the extension's start plus ttl
 // minus the drift allowance, and is never in the past.
 //
@@ -138,7 +154,7 @@ func (le *Lease) expire() {
 func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l := le.l
 	if err := l.cfg.checkTTL(ttl); err != nil {
-		return fmt.Errorf("quorum: extend %q: %w", le.key, err)
+		return fmt.Errorf("quorum: extend %q: %w", le.name, err)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
 	le.extendMu.Lock()
@@ -154,10 +170,10 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl != l.cfg.ttl {
 		bttl = ttl.Milliseconds()
 	}
-	c := l.send(ctx, request{op: OpExtend, key: le.key, fast: le.fast,
-		args: scripts[OpExtend].evalsha(le.bkey, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
+	c := l.send(ctx, request{op: OpExtend, key: le.name, keys: le.keys, fast: le.fast,
+		args: scripts[OpExtend].evalsha(le.boxed, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
 	v := l.collect(c, stopDecided, classifyYesNo, newTally(len(l.nodes)))
-	ev := ExtendEvent{Key: le.key, Duration: time.Since(start), Confirmed: v.t.ok}
+	ev := ExtendEvent{Key: le.name, Duration: time.Since(start), Confirmed: v.t.ok}
 	return le.settleExtend(ctx, v, until, l.cfg.leaseEnd(start, ttl), ev)
 }
 
@@ -185,13 +201,13 @@ func (le *Lease) settleExtend(ctx context.Context, v vote, until, end time.Time,
 		if !le.moveUntil(earlier(until, end), true) {
 			return le.endedError()
 		}
-		ev.Err = l.quorumError(OpExtend, le.key, v.t, v.errs, "", ErrExtendUnconfirmed)
+		ev.Err = l.quorumError(OpExtend, le.name, v.t, v.errs, "", ErrExtendUnconfirmed)
 		if cerr := ctxErr(ctx); cerr != nil {
-			ev.Err = fmt.Errorf("quorum: extend %q: %w: %w", le.key, cerr, ev.Err)
+			ev.Err = fmt.Errorf("quorum: extend %q: %w: %w", le.name, cerr, ev.Err)
 		}
 	}
 	if reason != "" {
-		ev.Err = l.quorumError(OpExtend, le.key, v.t, v.errs, reason, ErrLeaseLost)
+		ev.Err = l.quorumError(OpExtend, le.name, v.t, v.errs, reason, ErrLeaseLost)
 	}
 	l.cfg.observer.ObserveExtend(ev)
 	if reason != "" && !le.end(stateLost, ev.Err, LostExtendFailed) {
@@ -229,7 +245,7 @@ func earlier(a, b time.Time) time.Time {
 // ErrReleased too when Unlock ended it.
 func (le *Lease) endedError() error {
 	if err := le.Err(); !errors.Is(err, ErrReleased) {
-		return fmt.Errorf("quorum: extend %q: %w", le.key, err)
+		return fmt.Errorf("quorum: extend %q: %w", le.name, err)
 	}
-	return fmt.Errorf("quorum: extend %q: %w: %w", le.key, ErrLeaseLost, ErrReleased)
+	return fmt.Errorf("quorum: extend %q: %w: %w", le.name, ErrLeaseLost, ErrReleased)
 }

@@ -9,8 +9,8 @@ import (
 
 // undo releases in the background what a failed attempt c may have taken:
 // now on nodes that answered, later on the others (see call.deliver).
-func (l *Locker) undo(ctx context.Context, c *call, btoken any) {
-	args := scripts[OpRelease].evalsha(c.req.key, btoken)
+func (l *Locker) undo(ctx context.Context, c *call, keys []any, btoken any) {
+	args := scripts[OpRelease].evalsha(keys, btoken)
 	if nodes := c.undo(args); len(nodes) > 0 {
 		l.releaseBG(ctx, c.req, args, nodes, false)
 	}
@@ -23,12 +23,12 @@ func (l *Locker) releaseBG(ctx context.Context, acq request, args []any, nodes [
 	rr := &releaseRun{l: l, key: acq.key, start: time.Now()}
 	rr.left.Store(int32(len(nodes)))
 	rr.parties.Store(1)
-	l.send(ctx, request{op: OpRelease, key: acq.key, args: args, fast: acq.fast, deadline: rr.start.Add(l.cfg.nodeTimeout),
+	l.send(ctx, request{op: OpRelease, key: acq.key, keys: acq.keys, args: args, fast: acq.fast, deadline: rr.start.Add(l.cfg.nodeTimeout),
 		targets: nodes, detached: true, counted: counted, onAnswer: rr.record})
 }
 
-// Unlock releases the lease: compare-and-delete on every node, so a key
-// that now belongs to another owner is left untouched. The lease ends (Lost
+// Unlock releases the lease: compare-and-delete of every key on every node,
+// so a key that now belongs to another owner is left untouched. The lease ends (Lost
 // is closed) whatever the outcome.
 //
 // It returns nil as soon as a majority confirmed the release. The other
@@ -56,15 +56,17 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	}
 	switch {
 	case base.held > len(l.nodes)-l.quorum:
-		return l.quorumError(OpRelease, le.key, base, errs,
+		return l.quorumError(OpRelease, le.name, base, errs,
 			"the token was no longer on a majority (the lease had expired, was taken over, or nodes lost it)", ErrLeaseLost)
 	case base.ok >= l.quorum:
-		l.wk.released(le.key) // a waiter of this Locker may go now
+		for _, k := range le.keys {
+			l.wk.released(k) // a waiter of this Locker may go now
+		}
 		return nil
 	}
-	qe := l.quorumError(OpRelease, le.key, base, errs, "", ErrUnlockUnconfirmed)
+	qe := l.quorumError(OpRelease, le.name, base, errs, "", ErrUnlockUnconfirmed)
 	if cerr := ctxErr(ctx); cerr != nil {
-		return fmt.Errorf("quorum: unlock %q: %w: %w", le.key, cerr, qe)
+		return fmt.Errorf("quorum: unlock %q: %w: %w", le.name, cerr, qe)
 	}
 	return qe
 }
@@ -103,16 +105,16 @@ func (le *Lease) releaseRound(ctx context.Context, targets []int, base tally) []
 	if d := le.acqDeadline.Add(l.cfg.nodeTimeout); d.After(deadline) {
 		deadline = d
 	}
-	rr := &releaseRun{l: l, le: le, key: le.key, start: start}
-	rr.args = [...]any{"evalsha", scripts[OpRelease].bsha, 1, le.bkey, le.btoken}
+	rr := &releaseRun{l: l, le: le, key: le.name, start: start}
+	args := scripts[OpRelease].evalsha(le.boxed, le.btoken)
 	rr.left.Store(int32(len(targets)))
 	rr.parties.Store(2)
 	var tg []int // nil: every node, the usual first Unlock
 	if len(targets) < len(l.nodes) {
 		tg = targets
 	}
-	c := l.send(ctx, request{op: OpRelease, key: le.key,
-		args: rr.args[:], deadline: deadline, targets: tg, fast: le.fast, detached: true, onAnswer: rr.record})
+	c := l.send(ctx, request{op: OpRelease, key: le.name, keys: le.keys,
+		args: args, deadline: deadline, targets: tg, fast: le.fast, detached: true, onAnswer: rr.record})
 	// Only a majority of confirmations ends the wait early: a "not ours"
 	// may come from a node that a previous try released a moment before.
 	v := l.collect(c, stopWon, classifyYesNo, base)
@@ -130,7 +132,6 @@ type releaseRun struct {
 	le      *Lease // nil for a background release
 	key     string
 	start   time.Time
-	args    [5]any        // Unlock's EVALSHA arguments, in the same allocation
 	decided time.Duration // how long Unlock waited; written before its party leaves
 	left    atomic.Int32  // requests still out
 	parties atomic.Int32  // the requests, and Unlock's decision

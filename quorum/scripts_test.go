@@ -396,4 +396,60 @@ func TestScripts(t *testing.T) {
 			t.Fatalf("extend created the key: %q", got)
 		}
 	})
+
+	t.Run("MultiKeyAcquireIsAllOrNothing", func(t *testing.T) {
+		const px = 5 * time.Minute
+		a, b, c := "s:multi:a", "s:multi:b", "s:multi:c"
+		if err := rdb.Set(ctx, b, "other", px).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Unguarded: ARGV[3] and [4] are placeholders, ARGV[5] the count.
+		if v := run(t, acquire, []string{a, b, c}, "tok", px.Milliseconds(), 0, 0, 3); v != 0 {
+			t.Fatalf("one key held by another: got %d, want 0", v)
+		}
+		if got := get(t, a) + get(t, c); got != "<absent><absent>" {
+			t.Fatalf("a refused multi-key acquire wrote %q", got)
+		}
+		rdb.Del(ctx, b)
+		if v := run(t, acquire, []string{a, b, c, quorum.BootMarkerKey}, "tok", px.Milliseconds(), px.Milliseconds(), "0", 3); v >= 0 && v != 1 {
+			t.Fatalf("guarded multi-key acquire: got %d", v)
+		}
+		if v := run(t, acquire, []string{a, b, c}, "tok", px.Milliseconds(), 0, 0, 3); v != 1 {
+			t.Fatalf("free keys: got %d, want 1", v)
+		}
+		for _, k := range []string{a, b, c} {
+			if got := get(t, k); got != "tok" {
+				t.Fatalf("%s = %q, want the token", k, got)
+			}
+		}
+		// A retry of the same attempt (its answer lost) is a yes again.
+		if v := run(t, acquire, []string{a, b, c}, "tok", px.Milliseconds(), 0, 0, 3); v != 1 {
+			t.Fatalf("retried acquire: got %d, want 1", v)
+		}
+	})
+
+	t.Run("MultiKeyExtendAndReleaseNeedEveryKey", func(t *testing.T) {
+		const px = 5 * time.Minute
+		a, b := "s:multi2:a", "s:multi2:b"
+		if v := run(t, acquire, []string{a, b}, "tok", px.Milliseconds(), 0, 0, 2); v != 1 {
+			t.Fatalf("acquire: got %d", v)
+		}
+		if v := run(t, extend, []string{a, b}, "tok", (2 * px).Milliseconds()); v != 1 {
+			t.Fatalf("extend both: got %d, want 1", v)
+		}
+		rdb.Del(ctx, b)
+		before := pttl(t, a)
+		if v := run(t, extend, []string{a, b}, "tok", (3 * px).Milliseconds()); v != 0 {
+			t.Fatalf("extend with one key gone: got %d, want 0", v)
+		}
+		if d := pttl(t, a); d > before {
+			t.Fatalf("a failed multi-key extend moved a's TTL from %v to %v", before, d)
+		}
+		if v := run(t, release, []string{a, b}, "tok"); v != 0 {
+			t.Fatalf("release with one key gone: got %d, want 0", v)
+		}
+		if got := get(t, a); got != "<absent>" {
+			t.Fatalf("release left our own key a = %q", got)
+		}
+	})
 }

@@ -34,9 +34,9 @@ type waker struct {
 	syncs, readers sync.WaitGroup
 }
 
-// waiter is one Lock call waiting for a key.
+// waiter is one Lock call waiting for its keys.
 type waiter struct {
-	key  string
+	keys []string
 	wake chan struct{} // capacity 1: a wake-up while it is not waiting is kept
 	// The nodes that announced a release since the last attempt (nodes
 	// 0..63; others count in extra), under the waker's mu.
@@ -56,23 +56,29 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// join queues a waiter for key (with behind, only behind waiters already
-// there, so as not to overtake them), or returns nil. The first waiter of
-// a key has the nodes announce its releases to this Locker.
-func (w *waker) join(key string, behind bool) *waiter {
+// join queues a waiter for keys (with behind, only when waiters already
+// wait for one of them, so as not to overtake them), or returns nil. A
+// waiter joins every key's queue at once, so the queues never disagree on
+// which of two waiters is older. The first waiter of a key has the nodes
+// announce its releases to this Locker.
+func (w *waker) join(keys []string, behind bool) *waiter {
 	w.mu.Lock()
-	q := w.keys[key]
-	if w.l.isClosed() || (behind && len(q) == 0) {
+	waited := slices.ContainsFunc(keys, func(k string) bool { return len(w.keys[k]) > 0 })
+	if w.l.isClosed() || (behind && !waited) {
 		w.mu.Unlock()
 		return nil
 	}
 	if w.subs == nil {
 		w.open()
 	}
-	wt := &waiter{key: key, wake: make(chan struct{}, 1)}
-	w.keys[key] = append(q, wt)
+	wt := &waiter{keys: keys, wake: make(chan struct{}, 1)}
+	fresh := false
+	for _, k := range keys {
+		fresh = fresh || len(w.keys[k]) == 0
+		w.keys[k] = append(w.keys[k], wt)
+	}
 	w.mu.Unlock()
-	if len(q) == 0 {
+	if fresh {
 		w.kickSync()
 	}
 	return wt
@@ -90,12 +96,16 @@ func (w *waker) kickSync() {
 	}
 }
 
-// front reports whether wt is the oldest waiter of its key.
+// front reports whether wt is the oldest waiter of each of its keys.
 func (w *waker) front(wt *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q := w.keys[wt.key]
-	return len(q) > 0 && q[0] == wt
+	for _, k := range wt.keys {
+		if q := w.keys[k]; len(q) == 0 || q[0] != wt {
+			return false
+		}
+	}
+	return true
 }
 
 // unregister removes a waiter; the last waiter of a key unsubscribes it.
@@ -104,28 +114,32 @@ func (w *waker) unregister(wt *waiter) {
 		return
 	}
 	w.mu.Lock()
-	q := w.keys[wt.key]
-	i := slices.Index(q, wt)
-	if i < 0 { // never: only unregister removes a waiter, once
-		w.mu.Unlock()
-		return
-	}
-	q = slices.Delete(q, i, i+1)
-	if i == 0 && len(q) > 0 {
-		// The oldest leaves: what it heard, and a wake-up it did not use,
-		// pass to the next, or a release it was told of would go unused.
-		q[0].heard |= wt.heard
-		q[0].extra += wt.extra
-		if len(wt.wake) > 0 {
-			signal(q[0].wake)
+	emptied := false
+	for _, k := range wt.keys {
+		q := w.keys[k]
+		i := slices.Index(q, wt)
+		if i < 0 { // never: only unregister removes a waiter, once
+			continue
+		}
+		q = slices.Delete(q, i, i+1)
+		if i == 0 && len(q) > 0 {
+			// The oldest leaves: what it heard, and a wake-up it did not
+			// use, pass to the next, or a release it was told of would go
+			// unused.
+			q[0].heard |= wt.heard
+			q[0].extra += wt.extra
+			if len(wt.wake) > 0 {
+				signal(q[0].wake)
+			}
+		}
+		w.keys[k] = q
+		if len(q) == 0 {
+			delete(w.keys, k)
+			emptied = true
 		}
 	}
-	w.keys[wt.key] = q
-	if len(q) == 0 {
-		delete(w.keys, wt.key)
-	}
 	w.mu.Unlock()
-	if len(q) == 0 {
+	if emptied {
 		w.kickSync()
 	}
 }

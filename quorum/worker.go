@@ -175,11 +175,11 @@ func (w *nodeWorker) pipeline(ctx context.Context, calls []*call) []*redis.Cmd {
 	return cmds
 }
 
-// ranLater reports whether a request after live[j] in the batch, on the
-// same key, ran (did not fail with NOSCRIPT).
+// ranLater reports whether a request after live[j] in the batch, on a
+// key of its own, ran (did not fail with NOSCRIPT).
 func ranLater(live []*call, cmds []*redis.Cmd, j int) bool {
 	for k := j + 1; k < len(live); k++ {
-		if live[k].req.key == live[j].req.key && !isNoScript(cmds[k].Err()) {
+		if live[k].req.overlaps(live[j].req) && !isNoScript(cmds[k].Err()) {
 			return true
 		}
 	}

@@ -13,7 +13,7 @@ import (
 func TestRanLater(t *testing.T) {
 	ctx := context.Background()
 	noScript := errors.New("NOSCRIPT No matching script. Please use EVAL.")
-	req := func(key string) *call { return &call{req: request{key: key}} }
+	req := func(key string) *call { return &call{req: request{key: key, keys: []string{key}}} }
 	cmd := func(err error) *redis.Cmd {
 		c := redis.NewCmd(ctx)
 		if err != nil {

@@ -1,13 +1,18 @@
--- extend: compare-and-pexpire.
+-- extend: compare-and-pexpire every lock key, all or nothing.
 --
--- KEYS[1]  lock key
--- ARGV[1]  token
--- ARGV[2]  new TTL in milliseconds
+-- KEYS[1..n]  lock keys
+-- ARGV[1]     token
+-- ARGV[2]     new TTL in milliseconds
 --
--- Returns 1 when the key held the token and its TTL was set, 0 otherwise (the
--- key is absent, expired, or holds another owner's value, which stays
--- untouched). A node that lost the key is never re-created here.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Returns 1 when every key held the token and its TTL was set, 0 otherwise
+-- (a key absent, expired, or another owner's): then no TTL changes, and a
+-- key the node lost is never re-created here.
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+    return 0
+  end
 end
-return 0
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return 1

@@ -1,15 +1,20 @@
--- release: compare-and-delete, then tell the waiters.
+-- release: compare-and-delete every lock key, then tell the waiters.
 --
--- KEYS[1]  lock key
--- ARGV[1]  token
+-- KEYS[1..n]  lock keys
+-- ARGV[1]     token
 --
--- Returns 1 when the key held the token and was deleted, 0 otherwise (the key
--- is absent, expired, or holds another owner's value, which stays untouched).
--- A deletion is announced on the channel "quorumlock:released:" .. KEYS[1],
--- so that Lock calls waiting for the key retry at once.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', 'quorumlock:released:' .. KEYS[1], '1')
-  return 1
+-- Every key that holds the token is deleted, and its deletion announced on
+-- the channel "quorumlock:released:" .. key, so that Lock calls waiting for
+-- it retry at once; a key that holds another owner's value stays untouched.
+-- Returns 1 when every key held the token, 0 otherwise (a key absent,
+-- expired, or another owner's).
+local all = 1
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    redis.call('PUBLISH', 'quorumlock:released:' .. KEYS[i], '1')
+  else
+    all = 0
+  end
 end
-return 0
+return all
