@@ -95,14 +95,26 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 	if b.st, err = store.New(b.admin); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	b.transport = &http.Transport{
-		MaxIdleConns:        2 * cfg.clients,
-		MaxIdleConnsPerHost: cfg.clients,
+	b.transport = newTransport(cfg)
+	b.client = &http.Client{Transport: b.transport}
+	return b, nil
+}
+
+// newTransport returns the transport every user shares: it keeps an idle
+// connection per client of the largest count, and per buyer of a sale.
+func newTransport(cfg config) *http.Transport {
+	perHost := cfg.maxCount()
+	if cfg.hasSale() {
+		// A sale's buyers each hold a connection while they wait: keeping
+		// them idle afterwards spares the retries a new connection each.
+		perHost = max(perHost, cfg.flash.buyers/instancesPerRun+1)
+	}
+	return &http.Transport{
+		MaxIdleConns:        instancesPerRun * perHost,
+		MaxIdleConnsPerHost: perHost,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
 	}
-	b.client = &http.Client{Transport: b.transport}
-	return b, nil
 }
 
 // createDatabase creates the database name on the server of mainDSN and
@@ -138,25 +150,64 @@ func (b *bench) close() {
 	}
 }
 
-// runAll runs every (scenario, mode) pair, scenario by scenario, in the
-// order of the flags.
+// runPlan is one run to make: a scenario, with its count of closed-loop
+// clients (none for flash), in one mode.
+type runPlan struct {
+	scenario string
+	clients  int
+	mode     string
+}
+
+// name is how the report names the plan's scenario: distinct and hot with
+// their client count ("hot/64").
+func (p runPlan) name() string {
+	if isClosedLoop(p.scenario) {
+		return fmt.Sprintf("%s/%d", p.scenario, p.clients)
+	}
+	return p.scenario
+}
+
+// isClosedLoop reports whether scenario sc is run once per client count.
+func isClosedLoop(sc string) bool { return sc == scenarioDistinct || sc == scenarioHot }
+
+// plans lists the runs in the order of the flags: scenario by scenario,
+// client count by count, mode by mode.
+func (c config) plans() []runPlan {
+	var out []runPlan
+	for _, sc := range c.scenarios {
+		counts := c.clients
+		switch sc {
+		case scenarioFlash:
+			counts = []int{0}
+		case scenarioMixed:
+			counts = c.clients[:1]
+		}
+		for _, n := range counts {
+			for _, mode := range c.modes {
+				out = append(out, runPlan{scenario: sc, clients: n, mode: mode})
+			}
+		}
+	}
+	return out
+}
+
+// runAll makes every run of the plan.
 func (b *bench) runAll(ctx context.Context) ([]*runResult, error) {
-	b.progress = benchkit.NewProgress("orderbench", len(b.cfg.scenarios)*len(b.cfg.modes), b.cfg.quiet)
+	plans := b.cfg.plans()
+	b.progress = benchkit.NewProgress("orderbench", len(plans), b.cfg.quiet)
 	defer b.progress.Finish()
 	var res []*runResult
-	for _, sc := range b.cfg.scenarios {
-		for _, mode := range b.cfg.modes {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			b.progress.Start(sc + "/" + mode)
-			r, err := b.runOne(ctx, sc, mode)
-			if err != nil {
-				return nil, fmt.Errorf("%s/%s: %w", sc, mode, err)
-			}
-			res = append(res, r)
-			b.progress.Done()
+	for _, p := range plans {
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
+		b.progress.Start(p.name() + "/" + p.mode)
+		r, err := b.runOne(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", p.name(), p.mode, err)
+		}
+		res = append(res, r)
+		b.progress.Done()
 	}
 	return res, nil
 }

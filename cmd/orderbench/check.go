@@ -170,3 +170,46 @@ func (c checkResult) verdict() (bool, string) {
 	}
 	return len(bad) == 0, strings.Join(bad, "; ")
 }
+
+// checkSale checks the database after flash sale s to buyers: their
+// orders against their answers (as check does), the units the product's
+// orders hold against the units on sale, and the stock left. It sets s's
+// check and database figures.
+func (b *bench) checkSale(ctx context.Context, buyers []user, s *saleResult) error {
+	c, err := b.check(ctx, buyers, s.tallies(), int64(s.units))
+	if err != nil {
+		return err
+	}
+	if err := b.admin.QueryRow(ctx, `SELECT coalesce(sum(quantity), 0)::bigint FROM orders WHERE product_id = $1`, s.product).Scan(&s.soldUnits); err != nil {
+		return fmt.Errorf("read the sale's orders: %w", err)
+	}
+	if err := b.admin.QueryRow(ctx, `SELECT available FROM product_stock WHERE product_id = $1`, s.product).Scan(&s.stockLeft); err != nil {
+		return fmt.Errorf("read the sale's stock: %w", err)
+	}
+	s.check = c.withSale(int64(s.units), s.soldUnits, s.stockLeft)
+	return nil
+}
+
+// withSale adds a flash sale's own conditions to c's verdict: no more
+// units sold than were on sale, no negative stock, and every unit either
+// sold or left.
+func (c checkResult) withSale(units, sold, left int64) checkResult {
+	var bad []string
+	if c.Problem != "" {
+		bad = append(bad, c.Problem)
+	}
+	if sold > units {
+		bad = append(bad, fmt.Sprintf("%d units oversold: orders hold %d of %d", sold-units, sold, units))
+	}
+	if left < 0 {
+		bad = append(bad, fmt.Sprintf("the stock went negative: %d", left))
+	}
+	if sold+left != units {
+		bad = append(bad, fmt.Sprintf("%d units sold and %d left, of %d", sold, left, units))
+	}
+	c.OK, c.Problem = len(bad) == 0, strings.Join(bad, "; ")
+	return c
+}
+
+// oversold is how many units a sale sold beyond those it had.
+func (s *saleResult) oversold() int64 { return max(s.soldUnits-int64(s.units), 0) }

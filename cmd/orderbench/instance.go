@@ -26,8 +26,10 @@ const (
 	// must exceed the lock wait by more than a second (see ordersd).
 	processingLease = 10 * time.Second
 	// redisPoolSize is ordersd's go-redis pool size per node; an instance
-	// gets at least one connection per client on top of it, so the pool
-	// never makes a lock call wait for a connection.
+	// gets at least one connection per client of the largest -clients
+	// count, so the pool never makes a closed-loop client's lock call
+	// wait for a connection (a sale's thousands of buyers may wait, as
+	// they would on ordersd).
 	redisPoolSize = 64
 )
 
@@ -78,16 +80,16 @@ func (b *bench) startInstance(ctx context.Context, mode string) (*instance, erro
 	in := &instance{pool: pool}
 	for _, n := range b.bed.Redis {
 		o := testbed.ClientOptions(n.DirectAddr())
-		o.PoolSize = max(redisPoolSize, b.cfg.clients)
+		o.PoolSize = max(redisPoolSize, b.cfg.maxCount())
 		in.clients = append(in.clients, redis.NewClient(o))
 	}
 	st, err := store.New(pool)
 	if err != nil {
 		return in, fmt.Errorf("store: %w", err)
 	}
-	issuer, err := fencing.NewIssuer(pool)
+	issuer, err := fencing.NewReserver(pool)
 	if err != nil {
-		return in, fmt.Errorf("fence issuer: %w", err)
+		return in, fmt.Errorf("fence reserver: %w", err)
 	}
 	claims, err := idem.New(in.clients, idem.WithLease(processingLease))
 	if err != nil {
@@ -102,7 +104,7 @@ func (b *bench) startInstance(ctx context.Context, mode string) (*instance, erro
 		}
 		opts = append(opts, orders.WithLocker(orders.QuorumLocker(in.locker)))
 	}
-	svc, err := orders.New(st, issuer, opts...)
+	svc, err := orders.New(st, opts...)
 	if err != nil {
 		return in, fmt.Errorf("service: %w", err)
 	}

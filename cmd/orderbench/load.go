@@ -68,44 +68,84 @@ type tally struct {
 	firstError                 string
 }
 
-// window is the measured part of a run.
+// window is the measured part of a load.
 type window struct {
 	start, end time.Time
 }
 
-// contains reports whether a request sent at t0 and answered at t1 is
-// measured.
-func (w window) contains(t0, t1 time.Time) bool { return !t0.Before(w.start) && !t1.After(w.end) }
+// liveWindow is the measured part of a load as its loops see it while
+// they run: it starts at start and ends at end, which an open window
+// learns only when it is closed.
+type liveWindow struct {
+	start time.Time
+	mu    sync.Mutex
+	end   time.Time // zero while open
+}
 
-// drive runs every user's loop for the warm-up and the window. The loops
-// start no request once the window ends (runCtx's deadline) or ctx ends;
-// drive returns when the last request in flight has been answered.
-func (b *bench) drive(ctx context.Context, users []user, ins []*instance) ([]*tally, window) {
-	start := time.Now()
-	w := window{start: start.Add(b.cfg.warmup)}
-	w.end = w.start.Add(b.cfg.duration)
-	runCtx, cancel := context.WithDeadline(ctx, w.end)
-	defer cancel()
+// fixedWindow returns the window of length d from start.
+func fixedWindow(start time.Time, d time.Duration) *liveWindow {
+	return &liveWindow{start: start, end: start.Add(d)}
+}
+
+// openWindow returns a window from start whose end close decides.
+func openWindow(start time.Time) *liveWindow { return &liveWindow{start: start} }
+
+// contains reports whether a request sent at t0 and answered at t1 is
+// measured. t1 must be read before the call: then a request answered
+// before an open window's close is inside, whichever takes the lock first.
+func (w *liveWindow) contains(t0, t1 time.Time) bool {
+	if t0.Before(w.start) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.end.IsZero() || !t1.After(w.end)
+}
+
+// state reports whether the window has started and whether it has ended
+// at now.
+func (w *liveWindow) state(now time.Time) (started, ended bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !now.Before(w.start), !w.end.IsZero() && now.After(w.end)
+}
+
+// close ends an open window now (a fixed one keeps its end) and returns
+// it.
+func (w *liveWindow) close() window {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.end.IsZero() {
+		w.end = time.Now()
+	}
+	return window{start: w.start, end: w.end}
+}
+
+// drive runs every user's loop: they start no request once stop ends, and
+// drive returns when the last request in flight has been answered. w says
+// which requests are measured.
+func (b *bench) drive(ctx, stop context.Context, users []user, ins []*instance, w *liveWindow) []*tally {
 	tallies := make([]*tally, len(users))
 	var wg sync.WaitGroup
 	for i, u := range users {
 		t := &tally{inWindow: map[string]int{}}
 		tallies[i] = t
-		wg.Go(func() { b.loop(ctx, runCtx, u, i, ins, w, t) })
+		wg.Go(func() { b.loop(ctx, stop, u, i, ins, w, t) })
 	}
 	wg.Wait()
-	return tallies, w
+	return tallies
 }
 
 // loop is one user's requests, round-robin over ins from instance first.
-// Requests run under ctx, not runCtx, so that the end of the window never
+// Requests run under ctx, not stop, so that the end of the load never
 // cuts one short: a cut request's outcome would be unknown.
-func (b *bench) loop(ctx, runCtx context.Context, u user, first int, ins []*instance, w window, t *tally) {
-	for n := 0; runCtx.Err() == nil; n++ {
+func (b *bench) loop(ctx, stop context.Context, u user, first int, ins []*instance, w *liveWindow, t *tally) {
+	for n := 0; stop.Err() == nil; n++ {
 		in := ins[(first+n)%len(ins)]
 		t0 := time.Now()
-		key, err := b.post(ctx, in.srv.URL, u, idempotencyKey(n))
+		rep, err := b.post(ctx, in.srv.URL, u, idempotencyKey(n))
 		t1 := time.Now()
+		key := rep.key
 		t.sent++
 		switch {
 		case err != nil:
@@ -136,34 +176,61 @@ var (
 	answerOutcomeUnknown = strconv.Itoa(http.StatusServiceUnavailable) + " " + problem.CodeOutcomeUnknown
 )
 
+// reply is what one request was answered: its key (see answerKey) and
+// its Retry-After, or -1 without a valid one.
+type reply struct {
+	key        string
+	retryAfter time.Duration
+}
+
 // post sends one POST /orders of u with the idempotency key key to the
-// instance at base, within -request-timeout, and returns the answer's key:
-// its status, followed for a problem document by its code ("503
-// service_unavailable"). An error means no answer.
-func (b *bench) post(ctx context.Context, base string, u user, key string) (string, error) {
+// instance at base, within -request-timeout, and returns the answer. An
+// error means no answer.
+func (b *bench) post(ctx context.Context, base string, u user, key string) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/orders", bytes.NewReader(u.body))
 	if err != nil {
-		return "", fmt.Errorf("build request: %w", err)
+		return reply{}, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Authorization", u.authorization)
 	req.Header.Set(orders.HeaderIdempotencyKey, key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.client.Do(req)
 	if err != nil {
-		return "", err
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return "", fmt.Errorf("read the %d answer: %w", resp.StatusCode, err)
+		return reply{}, fmt.Errorf("read the %d answer: %w", resp.StatusCode, err)
 	}
-	return answerKey(resp.StatusCode, body), nil
+	return reply{key: answerKey(resp.StatusCode, body), retryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}, nil
+}
+
+// maxRetryAfterSecs bounds a Retry-After read, so no value overflows.
+const maxRetryAfterSecs = 24 * 3600
+
+// retryAfter reads a Retry-After value, delay-seconds or an HTTP date
+// (from now), or returns -1 for none or an invalid one.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return -1
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 {
+			return -1
+		}
+		return time.Duration(min(n, maxRetryAfterSecs)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return -1
 }
 
 // answerKey names an answer: its status, and for an error with a problem
-// document the document's code.
+// document the document's code ("503 service_unavailable").
 func answerKey(status int, body []byte) string {
 	k := strconv.Itoa(status)
 	if status < 400 {

@@ -4,33 +4,63 @@
 //
 // It starts its own test bed (five Redis masters and Postgres;
 // QUORUMLOCK_TESTBED chooses the provider), migrates a fresh database on
-// it, and for every (scenario, mode) pair runs three service instances in
-// this process, each with its own pgx pool, go-redis clients, quorum.Locker
-// (fenced by a fencing.Issuer) and idempotency store, behind its own
-// loopback HTTP server: what three ordersd processes sharing one Postgres
-// and one set of Redis masters would be. Traffic goes only to that bed and
-// to loopback.
+// it, and for every run runs three service instances in this process, each
+// with its own pgx pool, go-redis clients, quorum.Locker (fenced by a
+// fencing reserver) and idempotency store, behind its own loopback HTTP
+// server: what three ordersd processes sharing one Postgres and one set of
+// Redis masters would be. Traffic goes only to that bed and to loopback.
 //
 // Scenarios (-scenarios):
 //
 //	distinct  every client orders its own product: no two requests want the same stock row
 //	hot       every client orders product "42": all requests want one stock row
+//	flash     a flash sale: -flash-buyers buyers want the -flash-units units of one product
+//	mixed     a flash sale on one product while distinct clients go on ordering their own
 //
 // Modes (-modes):
 //
-//	lock  the instances take the quorum stock lock (orders.WithLocker)
+//	lock  the instances take the quorum stock lock (orders.WithLocker): the
+//	      requests for one product queue on each instance and are placed in
+//	      batches under one lease, and a sold-out product is answered
+//	      without the lock
 //	db    no lock: Postgres alone arbitrates (row lock, fence taken in the transaction)
 //
-// Both modes keep the Redis idempotency fast path (orders.WithIdempotency).
+// Both modes keep the Redis idempotency fast path (orders.WithIdempotency),
+// and both shed overload with 503 and Retry-After.
 //
-// -clients goroutines, each a user with its own bearer token, send POST
-// /orders round-robin over the three instances, every request with a fresh
+// distinct and hot are closed loops, run once per count of -clients (a
+// comma-separated list) and mode, and reported as e.g. hot/64: that many
+// goroutines, each a user with its own bearer token, send POST /orders
+// round-robin over the three instances, every request with a fresh
 // Idempotency-Key and quantity 1, for -warmup (not measured) and then
-// -duration. After each run every loop has stopped, and the database must
-// hold exactly one order per 201 answer and have lost exactly that much
-// stock; the command fails when it does not. It prints a markdown table,
-// and per scenario which mode placed orders faster and by what ratio;
-// -json writes every figure.
+// -duration.
+//
+// flash seeds one product with exactly -flash-units units. Each of the
+// -flash-buyers buyers is a user with one Idempotency-Key who sends its
+// first POST at a time drawn uniformly within -flash-spread of the sale's
+// start (from -seed, so both modes see the same schedule), round-robin
+// over the instances. A 201 or a 409 out of stock is a buyer's final
+// answer; on a 503 (or a 202 in progress, or no answer) it waits the
+// Retry-After, at most 1s, and sends the same request with the same key
+// again, for at most 30 tries and 60s. The report gives when the product
+// sold out, when the last buyer was answered, the buyers' answer latency
+// (first send to final answer), the answers by kind, the retries, the peak
+// of database connections in use and the units oversold, which must be 0.
+//
+// mixed runs a flash sale (the same flags) while the first -clients count
+// of closed-loop clients order distinct products, from the sale's start
+// until every buyer has its final answer or gave up, and for at least
+// -duration; then the same clients alone, for as long. It reports their
+// orders/s and p99 without and during the sale, and the peak of database
+// connections in use in each phase (pg_stat_activity, every 20ms).
+//
+// After each run every loop has stopped, and the database must hold
+// exactly one order per 201 answer (none for any other answer but
+// requests whose outcome the client could not learn) and have lost
+// exactly that much stock; a flash sale must sell no more than its units
+// and leave no negative stock. The command fails when a check does not
+// hold, after the report. It prints markdown tables, and per scenario how
+// the modes compare; -json writes every figure, -plot draws latency CDFs.
 package main
 
 import (
@@ -42,6 +72,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +84,8 @@ import (
 const (
 	scenarioDistinct = "distinct"
 	scenarioHot      = "hot"
+	scenarioFlash    = "flash"
+	scenarioMixed    = "mixed"
 )
 
 // Mode names.
@@ -62,7 +95,7 @@ const (
 )
 
 var (
-	allScenarios = []string{scenarioDistinct, scenarioHot}
+	allScenarios = []string{scenarioDistinct, scenarioHot, scenarioFlash, scenarioMixed}
 	allModes     = []string{modeLock, modeDB}
 )
 
@@ -77,13 +110,18 @@ const (
 	minReqTimeout   = time.Second
 	maxReqTimeout   = 5 * time.Minute
 	maxPoolConns    = 256
+	maxFlashUnits   = 1_000_000
+	maxFlashBuyers  = 10_000 // each holds a connection: two descriptors in this process
+	maxFlashSpread  = 10 * time.Minute
 	instancesPerRun = 3
 	redisNodes      = 5
 )
 
 // config is the parsed command line.
 type config struct {
-	clients        int
+	// clients are the closed-loop client counts, in the order given;
+	// mixed uses the first.
+	clients        []int
 	duration       time.Duration
 	warmup         time.Duration
 	scenarios      []string
@@ -92,8 +130,18 @@ type config struct {
 	requestTimeout time.Duration
 	poolConns      int
 	fsync          string
+	flash          flashConfig
 	jsonPath       string
+	plotPath       string
 	quiet          bool
+}
+
+// flashConfig is the sale of the flash and mixed scenarios.
+type flashConfig struct {
+	units  int
+	buyers int
+	spread time.Duration
+	seed   uint64
 }
 
 func main() {
@@ -115,14 +163,19 @@ func parse(args []string) (config, error) {
 	fs := flag.NewFlagSet("orderbench", flag.ContinueOnError)
 	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
 	modes := fs.String("modes", strings.Join(allModes, ","), "comma-separated modes: "+strings.Join(allModes, ", "))
-	fs.IntVar(&c.clients, "clients", 64, fmt.Sprintf("concurrent clients, each its own user (1..%d)", maxClients))
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured length of each (scenario, mode) run")
-	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before each run's measurement")
+	clients := fs.String("clients", "64,512", fmt.Sprintf("comma-separated closed-loop client counts, each 1..%d; distinct and hot run once per count, mixed takes the first", maxClients))
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured length of each closed-loop run; mixed: the least length of each phase")
+	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before each closed-loop measurement (mixed: before each phase)")
 	fs.DurationVar(&c.lockWait, "lock-wait", 2*time.Second, "longest wait for the stock lock in lock mode (ordersd's ORDERS_LOCK_WAIT)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 30*time.Second, "client-side bound of one request")
 	fs.IntVar(&c.poolConns, "pg-conns", 0, "pgx pool size of each instance (0: the pgx default, as ordersd)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed's Redis masters: always, everysec or off")
+	fs.IntVar(&c.flash.units, "flash-units", 500, fmt.Sprintf("flash, mixed: units of the product on sale (1..%d)", maxFlashUnits))
+	fs.IntVar(&c.flash.buyers, "flash-buyers", 5000, fmt.Sprintf("flash, mixed: buyers, each its own user with one Idempotency-Key (1..%d)", maxFlashBuyers))
+	fs.DurationVar(&c.flash.spread, "flash-spread", time.Second, "flash, mixed: the buyers' first requests are spread uniformly over this long")
+	fs.Uint64Var(&c.flash.seed, "seed", 1, "flash, mixed: seed of the buyers' schedule")
 	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")
+	fs.StringVar(&c.plotPath, "plot", "", "draw latency CDFs, one panel per scenario, into this PNG file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar on stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -137,28 +190,70 @@ func parse(args []string) (config, error) {
 	if c.modes, err = parseList("-modes", *modes, allModes); err != nil {
 		return c, err
 	}
+	if c.clients, err = parseCounts("-clients", *clients, maxClients); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+// validate checks the bounds of the parsed flags.
+func (c config) validate() error {
 	switch {
-	case c.clients < 1 || c.clients > maxClients:
-		return c, fmt.Errorf("-clients %d: want 1..%d", c.clients, maxClients)
 	case c.duration < minDuration || c.duration > maxDuration:
-		return c, fmt.Errorf("-duration %v: want %v..%v", c.duration, minDuration, maxDuration)
+		return fmt.Errorf("-duration %v: want %v..%v", c.duration, minDuration, maxDuration)
 	case c.warmup < 0 || c.warmup > maxWarmup:
-		return c, fmt.Errorf("-warmup %v: want 0..%v", c.warmup, maxWarmup)
+		return fmt.Errorf("-warmup %v: want 0..%v", c.warmup, maxWarmup)
 	case c.lockWait < minLockWait || c.lockWait > maxLockWait:
-		return c, fmt.Errorf("-lock-wait %v: want %v..%v", c.lockWait, minLockWait, maxLockWait)
+		return fmt.Errorf("-lock-wait %v: want %v..%v", c.lockWait, minLockWait, maxLockWait)
 	case c.requestTimeout < minReqTimeout || c.requestTimeout > maxReqTimeout:
-		return c, fmt.Errorf("-request-timeout %v: want %v..%v", c.requestTimeout, minReqTimeout, maxReqTimeout)
+		return fmt.Errorf("-request-timeout %v: want %v..%v", c.requestTimeout, minReqTimeout, maxReqTimeout)
 	case c.requestTimeout <= c.lockWait:
-		return c, fmt.Errorf("-request-timeout %v: want more than -lock-wait %v, or waiting requests time out on the client", c.requestTimeout, c.lockWait)
+		return fmt.Errorf("-request-timeout %v: want more than -lock-wait %v, or waiting requests time out on the client", c.requestTimeout, c.lockWait)
 	case c.poolConns < 0 || c.poolConns > maxPoolConns:
-		return c, fmt.Errorf("-pg-conns %d: want 0 (the pgx default) or 1..%d", c.poolConns, maxPoolConns)
+		return fmt.Errorf("-pg-conns %d: want 0 (the pgx default) or 1..%d", c.poolConns, maxPoolConns)
+	case c.flash.units < 1 || c.flash.units > maxFlashUnits:
+		return fmt.Errorf("-flash-units %d: want 1..%d", c.flash.units, maxFlashUnits)
+	case c.flash.buyers < 1 || c.flash.buyers > maxFlashBuyers:
+		return fmt.Errorf("-flash-buyers %d: want 1..%d", c.flash.buyers, maxFlashBuyers)
+	case c.flash.spread < 0 || c.flash.spread > maxFlashSpread:
+		return fmt.Errorf("-flash-spread %v: want 0..%v", c.flash.spread, maxFlashSpread)
+	case c.plotPath != "" && !strings.HasSuffix(strings.ToLower(c.plotPath), ".png"):
+		return fmt.Errorf("-plot %q: want a .png file", c.plotPath)
 	}
 	switch c.fsync {
 	case testbed.FsyncAlways, testbed.FsyncEverySec, testbed.FsyncOff:
 	default:
-		return c, fmt.Errorf("-fsync %q: want always, everysec or off", c.fsync)
+		return fmt.Errorf("-fsync %q: want always, everysec or off", c.fsync)
 	}
-	return c, nil
+	return nil
+}
+
+// parseCounts splits a comma-separated flag value into distinct counts of
+// 1..limit, in the order given.
+func parseCounts(flagName, value string, limit int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(value, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%s %q: %q is not a count", flagName, value, f)
+		case n < 1 || n > limit:
+			return nil, fmt.Errorf("%s %d: want 1..%d", flagName, n, limit)
+		case slices.Contains(out, n):
+			return nil, fmt.Errorf("%s: %d given twice", flagName, n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// maxCount returns the largest of the client counts.
+func (c config) maxCount() int { return slices.Max(c.clients) }
+
+// hasSale reports whether a scenario of the run holds a flash sale.
+func (c config) hasSale() bool {
+	return slices.Contains(c.scenarios, scenarioFlash) || slices.Contains(c.scenarios, scenarioMixed)
 }
 
 // parseList splits a comma-separated flag value into known, distinct
@@ -200,6 +295,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	report(out, s)
 	if cfg.jsonPath != "" {
 		if err := writeJSON(cfg.jsonPath, s); err != nil {
+			return err
+		}
+	}
+	if cfg.plotPath != "" {
+		if err := writePlot(cfg.plotPath, res); err != nil {
 			return err
 		}
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,17 +35,48 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.clients != 64 || c.duration != 5*time.Second || c.warmup != time.Second || c.lockWait != 2*time.Second ||
-		!slices.Equal(c.scenarios, allScenarios) || !slices.Equal(c.modes, allModes) || c.jsonPath != "" {
+	if !slices.Equal(c.clients, []int{64, 512}) || c.duration != 5*time.Second || c.warmup != time.Second || c.lockWait != 2*time.Second ||
+		!slices.Equal(c.scenarios, allScenarios) || !slices.Equal(c.modes, allModes) || c.jsonPath != "" || c.plotPath != "" ||
+		c.flash != (flashConfig{units: 500, buyers: 5000, spread: time.Second, seed: 1}) {
 		t.Fatalf("defaults: %+v", c)
 	}
-	c, err = parse([]string{"-scenarios", "hot", "-modes", "db,lock", "-clients", "1024", "-duration", "10m", "-warmup", "0", "-pg-conns", "8"})
+	c, err = parse([]string{"-scenarios", "hot,mixed", "-modes", "db,lock", "-clients", "1024", "-duration", "10m", "-warmup", "0", "-pg-conns", "8"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.scenarios, []string{"hot"}) || !slices.Equal(c.modes, []string{"db", "lock"}) || c.clients != 1024 ||
+	if !slices.Equal(c.scenarios, []string{"hot", "mixed"}) || !slices.Equal(c.modes, []string{"db", "lock"}) || !slices.Equal(c.clients, []int{1024}) ||
 		c.duration != 10*time.Minute || c.warmup != 0 || c.poolConns != 8 {
 		t.Fatalf("parsed: %+v", c)
+	}
+	c, err = parse([]string{"-clients", " 4, 1,16 ", "-flash-units", "1", "-flash-buyers", "10000", "-flash-spread", "0", "-seed", "7", "-plot", "x.PNG"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.clients, []int{4, 1, 16}) || c.maxCount() != 16 || c.flash != (flashConfig{units: 1, buyers: 10000, spread: 0, seed: 7}) || c.plotPath != "x.PNG" {
+		t.Fatalf("parsed: %+v", c)
+	}
+	if _, err := parse([]string{"-flash-units", "1000000", "-flash-spread", "10m"}); err != nil {
+		t.Fatalf("the largest sale: %v", err)
+	}
+}
+
+// TestPlans: distinct and hot run once per client count and mode, flash
+// once per mode, mixed once per mode with the first count.
+func TestPlans(t *testing.T) {
+	c, err := parse([]string{"-scenarios", "hot,flash,mixed", "-modes", "lock,db", "-clients", "8,2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.plans() {
+		got = append(got, p.name()+"/"+p.mode+"/"+fmt.Sprint(p.clients))
+	}
+	want := []string{"hot/8/lock/8", "hot/8/db/8", "hot/2/lock/2", "hot/2/db/2", "flash/lock/0", "flash/db/0", "mixed/lock/8", "mixed/db/8"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("plans: %q, want %q", got, want)
+	}
+	if !c.hasSale() {
+		t.Fatal("no sale")
 	}
 }
 
@@ -56,6 +89,12 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	}{
 		{[]string{"-clients", "0"}, "-clients"},
 		{[]string{"-clients", "1025"}, "-clients"},
+		{[]string{"-clients", "64,1025"}, "-clients"},
+		{[]string{"-clients", "64,64"}, "twice"},
+		{[]string{"-clients", "64,"}, "-clients"},
+		{[]string{"-clients", ""}, "-clients"},
+		{[]string{"-clients", "4;8"}, "-clients"},
+		{[]string{"-clients", "-4"}, "-clients"},
 		{[]string{"-duration", "99ms"}, "-duration"},
 		{[]string{"-duration", "11m"}, "-duration"},
 		{[]string{"-warmup", "-1s"}, "-warmup"},
@@ -67,10 +106,22 @@ func TestParseRejectsBadFlags(t *testing.T) {
 		{[]string{"-pg-conns", "-1"}, "-pg-conns"},
 		{[]string{"-pg-conns", "257"}, "-pg-conns"},
 		{[]string{"-fsync", "sometimes"}, "-fsync"},
+		{[]string{"-flash-units", "0"}, "-flash-units"},
+		{[]string{"-flash-units", "1000001"}, "-flash-units"},
+		{[]string{"-flash-units", "many"}, "-flash-units"},
+		{[]string{"-flash-buyers", "0"}, "-flash-buyers"},
+		{[]string{"-flash-buyers", "10001"}, "-flash-buyers"},
+		{[]string{"-flash-spread", "-1ms"}, "-flash-spread"},
+		{[]string{"-flash-spread", "11m"}, "-flash-spread"},
+		{[]string{"-flash-spread", "1"}, "-flash-spread"},
+		{[]string{"-seed", "-1"}, "-seed"},
+		{[]string{"-seed", "x"}, "-seed"},
+		{[]string{"-plot", "out.svg"}, "-plot"},
 		{[]string{"-scenarios", ""}, "-scenarios"},
 		{[]string{"-scenarios", "distinct,,hot"}, "-scenarios"},
 		{[]string{"-scenarios", "cold"}, "cold"},
 		{[]string{"-scenarios", "hot,hot"}, "twice"},
+		{[]string{"-scenarios", "flash,flash"}, "twice"},
 		{[]string{"-modes", "redis"}, "redis"},
 		{[]string{"-modes", "db,db"}, "twice"},
 		{[]string{"-clients", "x"}, "-clients"},
@@ -192,67 +243,62 @@ func TestSummarizeCompares(t *testing.T) {
 		return []*tally{{inWindow: map[string]int{"201": created, "503 service_unavailable": busy}, created: created,
 			latencies: []time.Duration{time.Millisecond}}}
 	}
-	cfg, err := parse(nil)
+	cfg, err := parse([]string{"-scenarios", "distinct,hot"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan := func(sc string, n int, mode string) runPlan { return runPlan{scenario: sc, clients: n, mode: mode} }
 	s := summarize(cfg, "test", "abcd", []*runResult{
-		{scenario: scenarioDistinct, mode: modeLock, window: w, tallies: tal(100, 0), check: checkResult{OK: true}},
-		{scenario: scenarioDistinct, mode: modeDB, window: w, tallies: tal(200, 0), check: checkResult{OK: true}},
-		{scenario: scenarioHot, mode: modeLock, window: w, tallies: tal(50, 10), check: checkResult{OK: true}},
-		{scenario: scenarioHot, mode: modeDB, window: w, tallies: tal(0, 4), check: checkResult{OK: false, Problem: "boom"}},
+		{runPlan: plan(scenarioDistinct, 64, modeLock), window: w, tallies: tal(100, 0), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioDistinct, 64, modeDB), window: w, tallies: tal(200, 0), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioHot, 64, modeLock), window: w, tallies: tal(50, 10), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioHot, 64, modeDB), window: w, tallies: tal(0, 4), check: checkResult{OK: false, Problem: "boom"}},
+		{runPlan: plan(scenarioHot, 512, modeLock), window: w, tallies: tal(90, 0), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioHot, 512, modeDB), window: w, tallies: tal(30, 0), check: checkResult{OK: true}},
 	})
-	if len(s.Comparisons) != 2 {
-		t.Fatalf("comparisons: %+v", s.Comparisons)
+	if len(s.Comparisons) != 3 || s.SaleComparisons != nil || s.Config.Flash != nil {
+		t.Fatalf("comparisons: %+v %+v", s.Comparisons, s.SaleComparisons)
 	}
-	if c := s.Comparisons[0]; c.Faster != modeDB || c.Ratio == nil || *c.Ratio != 2 {
+	if c := s.Comparisons[0]; c.Name != "distinct/64" || c.Clients != 64 || c.Faster != modeDB || c.Ratio == nil || *c.Ratio != 2 {
 		t.Fatalf("distinct: %+v", c)
 	}
-	if c := s.Comparisons[1]; c.Faster != modeLock || c.Ratio != nil {
-		t.Fatalf("hot: %+v", c)
+	if c := s.Comparisons[1]; c.Name != "hot/64" || c.Faster != modeLock || c.Ratio != nil {
+		t.Fatalf("hot/64: %+v", c)
 	}
-	if r := s.Runs[2]; r.Requests != 60 || r.RequestsPerSec != 30 || r.CreatedPerSec != 25 || r.Other["503 service_unavailable"] != 10 || r.Other["201"] != 0 {
+	if c := s.Comparisons[2]; c.Name != "hot/512" || c.Scenario != scenarioHot || c.Faster != modeLock || c.Ratio == nil || *c.Ratio != 3 {
+		t.Fatalf("hot/512: %+v", c)
+	}
+	if r := s.Runs[2]; r.Name != "hot/64" || r.Requests != 60 || r.RequestsPerSec != 30 || r.CreatedPerSec != 25 || r.Other["503 service_unavailable"] != 10 || r.Other["201"] != 0 {
 		t.Fatalf("hot/lock: %+v", r)
 	}
-	if err := checkFailures(s); err == nil || !strings.Contains(err.Error(), "hot/db") || strings.Contains(err.Error(), "distinct") {
+	if err := checkFailures(s); err == nil || !strings.Contains(err.Error(), "hot/64/db") || strings.Contains(err.Error(), "distinct") {
 		t.Fatalf("checkFailures: %v", err)
 	}
 	var out strings.Builder
 	report(&out, s)
-	for _, want := range []string{"| hot | lock | 30 | 25 |", "503 service_unavailable: 10", "db placed orders 2.00x as fast as lock", "only lock placed orders", "CHECK FAILED: boom"} {
+	for _, want := range []string{"| hot/64 | lock | 30 | 25 |", "| hot/512 | db |", "503 service_unavailable: 10", "- distinct/64: db placed orders 2.00x as fast as lock",
+		"- hot/64: only lock placed orders", "- hot/512: lock placed orders 3.00x as fast as db", "CHECK FAILED: boom"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
+	if strings.Contains(out.String(), "Flash") || strings.Contains(out.String(), "Mixed") {
+		t.Errorf("sale tables without a sale:\n%s", out.String())
+	}
 }
 
-// TestRunEndToEnd runs the whole command, tiny, on a bed of its own (the
-// local provider unless QUORUMLOCK_TESTBED says otherwise) and checks that
-// every (scenario, mode) pair placed orders and passed the database check.
-func TestRunEndToEnd(t *testing.T) {
+// useLocalBed makes the end-to-end tests start their bed on local
+// processes unless QUORUMLOCK_TESTBED says otherwise.
+func useLocalBed(t *testing.T) {
 	if os.Getenv(testbed.EnvProvider) == "" {
 		t.Setenv(testbed.EnvProvider, testbed.ProviderLocal)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	jsonPath := filepath.Join(t.TempDir(), "out.json")
-	var out strings.Builder
-	err := run(ctx, []string{"-clients", "4", "-duration", "300ms", "-warmup", "100ms", "-json", jsonPath, "-quiet"}, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sc := range allScenarios {
-		for _, mode := range allModes {
-			if !strings.Contains(out.String(), "| "+sc+" | "+mode+" | ") {
-				t.Errorf("the table has no row %s/%s", sc, mode)
-			}
-		}
-		if !strings.Contains(out.String(), "- "+sc+": ") {
-			t.Errorf("no comparison for %s", sc)
-		}
-	}
-	b, err := os.ReadFile(jsonPath)
+}
+
+// readSummary reads the -json file at path.
+func readSummary(t *testing.T, path string) summaryJSON {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,19 +306,125 @@ func TestRunEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Runs) != len(allScenarios)*len(allModes) || len(s.Comparisons) != len(allScenarios) {
-		t.Fatalf("json: %d runs, %d comparisons", len(s.Runs), len(s.Comparisons))
+	return s
+}
+
+// TestRunEndToEnd runs the closed loops of the command, tiny, at two
+// client counts on a bed of its own, and checks that every (scenario,
+// count, mode) run placed orders and passed the database check.
+func TestRunEndToEnd(t *testing.T) {
+	useLocalBed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	var out strings.Builder
+	err := run(ctx, []string{"-scenarios", "distinct,hot", "-clients", "4,2", "-duration", "300ms", "-warmup", "100ms", "-json", jsonPath, "-quiet"}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"distinct/4", "distinct/2", "hot/4", "hot/2"}
+	for _, name := range names {
+		for _, mode := range allModes {
+			if !strings.Contains(out.String(), "| "+name+" | "+mode+" | ") {
+				t.Errorf("the table has no row %s/%s", name, mode)
+			}
+		}
+		if !strings.Contains(out.String(), "- "+name+": ") {
+			t.Errorf("no comparison for %s", name)
+		}
+	}
+	s := readSummary(t, jsonPath)
+	if len(s.Runs) != len(names)*len(allModes) || len(s.Comparisons) != len(names) || !slices.Equal(s.Config.ClientCounts, []int{4, 2}) {
+		t.Fatalf("json: %d runs, %d comparisons, config %+v", len(s.Runs), len(s.Comparisons), s.Config)
 	}
 	for _, r := range s.Runs {
 		// The window is short: on a loaded machine a run's first answers
 		// can all come after it, so the figures of the window may be zero.
 		// Every run must still have placed orders and pass the check.
-		if r.Sent == 0 || r.Check.Created == 0 || r.Latency201.Count != r.Created ||
+		if r.Sent == 0 || r.Check.Created == 0 || r.Latency201.Count != r.Created || r.Sale != nil || r.Mixed != nil ||
 			(r.Created > 0 && (r.Latency201.P50ns <= 0 || r.CreatedPerSec <= 0)) {
-			t.Errorf("%s/%s: figures: %+v", r.Scenario, r.Mode, r)
+			t.Errorf("%s/%s: figures: %+v", r.Name, r.Mode, r)
 		}
 		if !r.Check.OK || r.Check.Orders < r.Created || r.Check.Orders == 0 || r.Check.StockTaken != int64(r.Check.Orders) {
-			t.Errorf("%s/%s: check: %+v", r.Scenario, r.Mode, r.Check)
+			t.Errorf("%s/%s: check: %+v", r.Name, r.Mode, r.Check)
 		}
+	}
+}
+
+// TestRunSalesEndToEnd runs flash and mixed, tiny, in both modes on a bed
+// of its own: every buyer must get its final answer, the product sell out
+// exactly, the checks pass, and the tables, the JSON and the plot hold
+// every run.
+func TestRunSalesEndToEnd(t *testing.T) {
+	useLocalBed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	jsonPath, plotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
+	var out strings.Builder
+	err := run(ctx, []string{"-scenarios", "flash,mixed", "-modes", "lock,db", "-flash-units", "20", "-flash-buyers", "200", "-flash-spread", "200ms",
+		"-clients", "4", "-duration", "500ms", "-warmup", "0", "-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| flash | lock | 20 | 200 |", "| flash | db | 20 | 200 |", "| mixed | lock | 20 | 200 |", "| mixed | db | 20 | 200 |",
+		"| lock | ", "| db | ", "- flash: every buyer answered", "- mixed: distinct p99 during the sale: lock "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "CHECK FAILED") || strings.Contains(out.String(), "| distinct/") {
+		t.Errorf("unexpected report lines")
+	}
+	s := readSummary(t, jsonPath)
+	if len(s.Runs) != 4 || len(s.Comparisons) != 0 || len(s.SaleComparisons) != 2 || s.Config.Flash == nil || s.Config.Flash.Buyers != 200 {
+		t.Fatalf("json: %d runs, %d comparisons, %d sale comparisons, config %+v", len(s.Runs), len(s.Comparisons), len(s.SaleComparisons), s.Config)
+	}
+	for _, r := range s.Runs {
+		checkSaleRun(t, r)
+	}
+	checkPNG(t, plotPath)
+}
+
+// checkSaleRun checks one run of TestRunSalesEndToEnd.
+func checkSaleRun(t *testing.T, r runJSON) {
+	t.Helper()
+	f := r.Sale
+	if f == nil {
+		t.Fatalf("%s/%s: no sale figures", r.Name, r.Mode)
+	}
+	if f.Oversold != 0 || !f.Check.OK || f.StockLeft < 0 || !f.AllAnswered || f.NoFinalAnswer != 0 || f.Buyers != 200 ||
+		f.Created+f.OutOfStock != 200 || f.Created != 20 || !f.SoldOut || f.SoldOutAfterNs <= 0 || f.AllAnsweredAfterNs < f.SoldOutAfterNs ||
+		f.AnswerLatency.Count != 200 || f.Requests != 200+f.Retries || f.PeakDBConns < 0 {
+		t.Errorf("%s/%s: sale: %+v", r.Name, r.Mode, f)
+	}
+	if f.Check.Created != 20 || f.Check.Orders != 20+f.Check.UncertainCreated || f.SoldUnits != 20 || f.StockLeft != 0 {
+		t.Errorf("%s/%s: sale check: %+v", r.Name, r.Mode, f.Check)
+	}
+	if !r.Check.OK {
+		t.Errorf("%s/%s: check: %+v", r.Name, r.Mode, r.Check)
+	}
+	if r.Scenario != scenarioMixed {
+		return
+	}
+	m := r.Mixed
+	if m == nil || r.Clients != 4 || m.During.WindowNs < int64(500*time.Millisecond) || m.Without.WindowNs != m.During.WindowNs ||
+		m.During.Created == 0 || m.Without.Created == 0 || m.P99Ratio == nil || m.During.PeakDBConns < 0 || m.Without.PeakDBConns < 0 ||
+		r.Check.Created < m.During.Created+m.Without.Created {
+		t.Errorf("%s/%s: mixed: %+v", r.Name, r.Mode, m)
+	}
+}
+
+// checkPNG fails unless path holds a PNG image of some size.
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) || len(b) < 1000 {
+		t.Fatalf("%s is not a PNG (%d bytes)", path, len(b))
 	}
 }

@@ -24,12 +24,17 @@ type summaryJSON struct {
 	Config      configJSON       `json:"config"`
 	Runs        []runJSON        `json:"runs"`
 	Comparisons []comparisonJSON `json:"comparisons"`
+	// SaleComparisons compares the modes of flash and mixed.
+	SaleComparisons []saleComparisonJSON `json:"sale_comparisons,omitempty"`
 }
 
 // configJSON is the part of the command line and of the instances'
 // settings that shapes the figures.
 type configJSON struct {
+	// Clients is the first closed-loop client count (mixed's);
+	// ClientCounts all of them.
 	Clients           int      `json:"clients"`
+	ClientCounts      []int    `json:"client_counts"`
 	DurationNs        int64    `json:"duration_ns"`
 	WarmupNs          int64    `json:"warmup_ns"`
 	LockWaitNs        int64    `json:"lock_wait_ns"`
@@ -40,14 +45,21 @@ type configJSON struct {
 	Fsync             string   `json:"fsync"`
 	Scenarios         []string `json:"scenarios"`
 	Modes             []string `json:"modes"`
+	// Flash is the sale of flash and mixed, when one of them ran.
+	Flash *flashConfigJSON `json:"flash,omitempty"`
 }
 
-// runJSON is one (scenario, mode) run. Requests, Created, the rates, the
-// latencies and Other cover the measured window: requests sent and
-// answered within it. Check covers the whole run.
+// runJSON is one run. Requests, Created, the rates, the latencies and
+// Other cover the closed-loop clients' measured window: requests sent and
+// answered within it (for mixed, the window of the sale; none for flash).
+// Sent and Check cover the whole run.
 type runJSON struct {
-	Scenario       string                `json:"scenario"`
+	Scenario string `json:"scenario"`
+	// Name is the scenario as the report names it: with the client count
+	// for distinct and hot ("hot/64").
+	Name           string                `json:"name"`
 	Mode           string                `json:"mode"`
+	Clients        int                   `json:"clients,omitempty"`
 	WindowNs       int64                 `json:"window_ns"`
 	Requests       int                   `json:"requests"`
 	RequestsPerSec float64               `json:"requests_per_sec"`
@@ -57,14 +69,20 @@ type runJSON struct {
 	Other          map[string]int        `json:"other_answers"`
 	Sent           int                   `json:"sent_in_run"`
 	FirstError     string                `json:"first_transport_error,omitempty"`
-	Check          checkResult           `json:"check"`
+	// Check is the closed-loop clients' database check, flash's the
+	// sale's.
+	Check checkResult `json:"check"`
+	Sale  *saleJSON   `json:"sale,omitempty"`
+	Mixed *mixedJSON  `json:"mixed,omitempty"`
 }
 
-// comparisonJSON compares the modes of one scenario by orders placed per
-// second. Ratio is the faster mode's rate over the slower one's; it is
-// absent when the slower placed none.
+// comparisonJSON compares the modes of one closed-loop scenario by orders
+// placed per second. Ratio is the faster mode's rate over the slower
+// one's; it is absent when the slower placed none.
 type comparisonJSON struct {
 	Scenario          string   `json:"scenario"`
+	Name              string   `json:"name"`
+	Clients           int      `json:"clients,omitempty"`
 	Faster            string   `json:"faster"`
 	Ratio             *float64 `json:"ratio,omitempty"`
 	LockCreatedPerSec float64  `json:"lock_created_per_sec"`
@@ -76,65 +94,135 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 	s := summaryJSON{
 		Provider: provider, RunID: runID, Instances: instancesPerRun, RedisNodes: redisNodes,
 		Config: configJSON{
-			Clients: cfg.clients, DurationNs: int64(cfg.duration), WarmupNs: int64(cfg.warmup),
+			Clients: cfg.clients[0], ClientCounts: cfg.clients, DurationNs: int64(cfg.duration), WarmupNs: int64(cfg.warmup),
 			LockWaitNs: int64(cfg.lockWait), LockTTLns: int64(lockTTL), ProcessingLeaseNs: int64(processingLease),
 			RequestTimeoutNs: int64(cfg.requestTimeout), PGConns: cfg.poolConns, Fsync: cfg.fsync,
 			Scenarios: cfg.scenarios, Modes: cfg.modes,
 		},
 		Runs: []runJSON{}, Comparisons: []comparisonJSON{},
 	}
-	rates := map[string]map[string]float64{}
-	for _, r := range res {
-		rj := runFigures(r)
-		s.Runs = append(s.Runs, rj)
-		if rates[r.scenario] == nil {
-			rates[r.scenario] = map[string]float64{}
-		}
-		rates[r.scenario][r.mode] = rj.CreatedPerSec
+	if cfg.hasSale() {
+		s.Config.Flash = flashConfigFigures(cfg.flash)
 	}
-	for _, sc := range cfg.scenarios {
-		lock, okL := rates[sc][modeLock]
-		db, okD := rates[sc][modeDB]
-		if !okL || !okD {
-			continue
-		}
-		c := comparisonJSON{Scenario: sc, Faster: modeLock, LockCreatedPerSec: lock, DBCreatedPerSec: db}
-		hi, lo := lock, db
-		if db > lock {
-			c.Faster, hi, lo = modeDB, db, lock
+	for _, r := range res {
+		s.Runs = append(s.Runs, runFigures(r))
+	}
+	s.Comparisons = compareRates(s.Runs)
+	s.SaleComparisons = compareSales(s.Runs)
+	return s
+}
+
+// compareRates compares the modes of every closed-loop scenario that ran
+// in both, by orders placed per second, in the order of the runs.
+func compareRates(runs []runJSON) []comparisonJSON {
+	out := []comparisonJSON{}
+	for _, pair := range modePairs(runs, isClosedLoop) {
+		lock, db := pair[0], pair[1]
+		c := comparisonJSON{Scenario: lock.Scenario, Name: lock.Name, Clients: lock.Clients, Faster: modeLock,
+			LockCreatedPerSec: lock.CreatedPerSec, DBCreatedPerSec: db.CreatedPerSec}
+		hi, lo := lock.CreatedPerSec, db.CreatedPerSec
+		if db.CreatedPerSec > lock.CreatedPerSec {
+			c.Faster, hi, lo = modeDB, db.CreatedPerSec, lock.CreatedPerSec
 		}
 		if lo > 0 {
 			c.Ratio = new(hi / lo)
 		}
-		s.Comparisons = append(s.Comparisons, c)
+		out = append(out, c)
 	}
-	return s
+	return out
 }
 
-// runFigures merges a run's tallies.
-func runFigures(r *runResult) runJSON {
-	secs := r.window.end.Sub(r.window.start).Seconds()
-	rj := runJSON{Scenario: r.scenario, Mode: r.mode, WindowNs: int64(r.window.end.Sub(r.window.start)),
-		Other: map[string]int{}, Check: r.check}
-	var lat []time.Duration
-	for _, t := range r.tallies {
-		for k, n := range t.inWindow {
-			rj.Requests += n
-			if k != answerCreated {
-				rj.Other[k] += n
-			}
+// modePairs returns, for every scenario name that keep accepts and that
+// ran in both modes, its lock run and its db run, in the order the names
+// first ran.
+func modePairs(runs []runJSON, keep func(scenario string) bool) [][2]runJSON {
+	var names []string
+	byName := map[string]map[string]runJSON{}
+	for _, r := range runs {
+		if !keep(r.Scenario) {
+			continue
 		}
-		rj.Created += t.created
+		if byName[r.Name] == nil {
+			byName[r.Name] = map[string]runJSON{}
+			names = append(names, r.Name)
+		}
+		byName[r.Name][r.Mode] = r
+	}
+	var out [][2]runJSON
+	for _, n := range names {
+		lock, okL := byName[n][modeLock]
+		db, okD := byName[n][modeDB]
+		if okL && okD {
+			out = append(out, [2]runJSON{lock, db})
+		}
+	}
+	return out
+}
+
+// runFigures merges a run's tallies and sale.
+func runFigures(r *runResult) runJSON {
+	rj := runJSON{Scenario: r.scenario, Name: r.name(), Mode: r.mode, Clients: r.clients, Other: map[string]int{}, Check: r.check}
+	var during phaseJSON
+	if r.tallies != nil {
+		during = phaseFigures(phase{window: r.window, tallies: r.tallies, peakConns: r.peakConns})
+		rj.WindowNs, rj.Requests, rj.RequestsPerSec = during.WindowNs, during.Requests, during.RequestsPerSec
+		rj.Created, rj.CreatedPerSec, rj.Latency201, rj.Other = during.Created, during.CreatedPerSec, during.Latency201, during.Other
+	}
+	tallies := r.tallies
+	if r.alone != nil {
+		tallies = slices.Concat(tallies, r.alone.tallies)
+		rj.Mixed = mixedFigures(during, phaseFigures(*r.alone))
+	}
+	for _, t := range tallies {
 		rj.Sent += t.sent
-		lat = append(lat, t.latencies...)
 		if rj.FirstError == "" {
 			rj.FirstError = t.firstError
 		}
 	}
-	rj.RequestsPerSec = float64(rj.Requests) / secs
-	rj.CreatedPerSec = float64(rj.Created) / secs
-	rj.Latency201 = benchkit.Summarize(lat)
+	if r.sale != nil {
+		rj.Sale = saleFigures(r.sale)
+		rj.Sent += rj.Sale.Requests
+		if rj.FirstError == "" {
+			rj.FirstError = rj.Sale.FirstError
+		}
+	}
 	return rj
+}
+
+// phaseJSON is one closed-loop load's measured window: requests sent and
+// answered within it.
+type phaseJSON struct {
+	WindowNs       int64                 `json:"window_ns"`
+	Requests       int                   `json:"requests"`
+	RequestsPerSec float64               `json:"requests_per_sec"`
+	Created        int                   `json:"created"`
+	CreatedPerSec  float64               `json:"created_per_sec"`
+	Latency201     benchkit.LatencyStats `json:"latency_201"`
+	Other          map[string]int        `json:"other_answers"`
+	// PeakDBConns is the peak of database connections in use, sampled
+	// every 20ms in the window; -1 when not sampled.
+	PeakDBConns int `json:"peak_db_conns"`
+}
+
+// phaseFigures merges the tallies of one closed-loop load.
+func phaseFigures(p phase) phaseJSON {
+	secs := p.window.end.Sub(p.window.start).Seconds()
+	pj := phaseJSON{WindowNs: int64(p.window.end.Sub(p.window.start)), Other: map[string]int{}, PeakDBConns: p.peakConns}
+	var lat []time.Duration
+	for _, t := range p.tallies {
+		for k, n := range t.inWindow {
+			pj.Requests += n
+			if k != answerCreated {
+				pj.Other[k] += n
+			}
+		}
+		pj.Created += t.created
+		lat = append(lat, t.latencies...)
+	}
+	pj.RequestsPerSec = benchkit.Ratio(float64(pj.Requests), secs)
+	pj.CreatedPerSec = benchkit.Ratio(float64(pj.Created), secs)
+	pj.Latency201 = benchkit.Summarize(lat)
+	return pj
 }
 
 // writeJSON writes the figures to path.
@@ -149,7 +237,7 @@ func writeJSON(path string, s summaryJSON) error {
 	return nil
 }
 
-// report prints the table and the comparisons.
+// report prints the tables and the comparisons.
 func report(out io.Writer, s summaryJSON) {
 	c := s.Config
 	pg := "the pgx default"
@@ -157,50 +245,95 @@ func report(out io.Writer, s summaryJSON) {
 		pg = fmt.Sprint(c.PGConns)
 	}
 	fmt.Fprintf(out, "orderbench: POST /orders, %d in-process instances (loopback HTTP; own pgx pool, Redis clients, lock and idempotency store each),\n", s.Instances)
-	fmt.Fprintf(out, "%d Redis masters and Postgres (%s); %d clients round-robin over the instances, each its own user;\n", s.RedisNodes, s.Provider, c.Clients)
-	fmt.Fprintf(out, "%v warm-up then %v measured per run; lock TTL %v, lock wait %v; pgx pool per instance: %s.\n",
-		time.Duration(c.WarmupNs), time.Duration(c.DurationNs), time.Duration(c.LockTTLns), time.Duration(c.LockWaitNs), pg)
+	fmt.Fprintf(out, "%d Redis masters and Postgres (%s); lock TTL %v, lock wait %v; pgx pool per instance: %s.\n",
+		s.RedisNodes, s.Provider, time.Duration(c.LockTTLns), time.Duration(c.LockWaitNs), pg)
+	reportLoads(out, s)
+	reportSales(out, s)
+	reportMixed(out, s)
+	if len(s.Comparisons) > 0 || len(s.SaleComparisons) > 0 {
+		fmt.Fprintln(out)
+	}
+	reportComparisons(out, s.Comparisons)
+	reportSaleComparisons(out, s.SaleComparisons)
+	reportProblems(out, s.Runs)
+}
+
+// reportLoads prints the table of the closed-loop runs, distinct and hot.
+func reportLoads(out io.Writer, s summaryJSON) {
+	var rows []runJSON
+	for _, r := range s.Runs {
+		if isClosedLoop(r.Scenario) {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	c := s.Config
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "Closed loops (distinct, hot): N clients (distinct/N) round-robin over the instances, each its own user, a fresh key per request;\n")
+	fmt.Fprintf(out, "%v warm-up then %v measured per run.\n", time.Duration(c.WarmupNs), time.Duration(c.DurationNs))
 	fmt.Fprintln(out, "requests/s: answers of any status per second of the window; orders/s: 201 answers per second; latencies over the window's 201s;")
 	fmt.Fprintln(out, "check: after the run the database holds exactly one order per 201 answer (warm-up included) and lost exactly that much stock.")
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| scenario | mode | requests/s | orders/s | p50 | p99 | p99.9 | other answers | check |")
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---|---|")
-	for _, r := range s.Runs {
+	for _, r := range rows {
 		l := r.Latency201
-		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Scenario, r.Mode, r.RequestsPerSec, r.CreatedPerSec,
+		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Name, r.Mode, r.RequestsPerSec, r.CreatedPerSec,
 			benchkit.FormatLatency(l.P50ns, l.Count), benchkit.FormatLatency(l.P99ns, l.Count), benchkit.FormatLatency(l.P999ns, l.Count), fmtOther(r.Other), fmtCheck(r.Check))
 	}
-	if len(s.Comparisons) > 0 {
-		fmt.Fprintln(out)
-	}
-	for _, cmp := range s.Comparisons {
+}
+
+// reportComparisons prints which mode placed orders faster, per
+// closed-loop scenario.
+func reportComparisons(out io.Writer, cmps []comparisonJSON) {
+	for _, cmp := range cmps {
 		slower := modeDB
 		if cmp.Faster == modeDB {
 			slower = modeLock
 		}
 		if cmp.Ratio == nil {
-			fmt.Fprintf(out, "- %s: only %s placed orders (lock %.0f, db %.0f orders/s)\n", cmp.Scenario, cmp.Faster, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
+			fmt.Fprintf(out, "- %s: only %s placed orders (lock %.0f, db %.0f orders/s)\n", cmp.Name, cmp.Faster, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
 			continue
 		}
 		fmt.Fprintf(out, "- %s: %s placed orders %.2fx as fast as %s (lock %.0f, db %.0f orders/s)\n",
-			cmp.Scenario, cmp.Faster, *cmp.Ratio, slower, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
+			cmp.Name, cmp.Faster, *cmp.Ratio, slower, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
 	}
-	for _, r := range s.Runs {
+}
+
+// reportProblems prints every run's first transport error and failed
+// check.
+func reportProblems(out io.Writer, runs []runJSON) {
+	for _, r := range runs {
 		if r.FirstError != "" {
-			fmt.Fprintf(out, "\n%s/%s: first transport error: %s\n", r.Scenario, r.Mode, r.FirstError)
+			fmt.Fprintf(out, "\n%s/%s: first transport error: %s\n", r.Name, r.Mode, r.FirstError)
 		}
-		if !r.Check.OK {
-			fmt.Fprintf(out, "\n%s/%s: CHECK FAILED: %s\n", r.Scenario, r.Mode, r.Check.Problem)
+		for _, p := range runProblems(r) {
+			fmt.Fprintf(out, "\n%s/%s: CHECK FAILED: %s\n", r.Name, r.Mode, p)
 		}
 	}
+}
+
+// runProblems returns what a run's checks found wrong: the closed-loop
+// clients' and, for mixed, the sale's (flash's check is the sale's).
+func runProblems(r runJSON) []string {
+	var out []string
+	if !r.Check.OK {
+		out = append(out, r.Check.Problem)
+	}
+	if r.Scenario == scenarioMixed && r.Sale != nil && !r.Sale.Check.OK {
+		out = append(out, "the sale: "+r.Sale.Check.Problem)
+	}
+	return out
 }
 
 // checkFailures returns an error naming every run whose check failed.
 func checkFailures(s summaryJSON) error {
 	var errs []error
 	for _, r := range s.Runs {
-		if !r.Check.OK {
-			errs = append(errs, fmt.Errorf("%s/%s: database check failed: %s", r.Scenario, r.Mode, r.Check.Problem))
+		for _, p := range runProblems(r) {
+			errs = append(errs, fmt.Errorf("%s/%s: database check failed: %s", r.Name, r.Mode, p))
 		}
 	}
 	return errors.Join(errs...)

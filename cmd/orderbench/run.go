@@ -12,7 +12,8 @@ import (
 const (
 	// hotProduct is the one product of the hot scenario.
 	hotProduct = "42"
-	// seedStock is every product's stock at the start of a run: more than
+	// seedStock is every closed-loop product's stock at the start of a
+	// run: more than
 	// any run can sell (a million orders a second for the longest run
 	// would take 600 million), so no answer is an out-of-stock one.
 	seedStock = 1_000_000_000
@@ -22,70 +23,138 @@ const (
 	tokenTTL = time.Hour
 )
 
-// runResult is one (scenario, mode) run's raw figures.
+// runResult is one run's raw figures.
 type runResult struct {
-	scenario, mode string
-	window         window
-	tallies        []*tally
-	check          checkResult
+	runPlan
+	// window and tallies are the closed-loop clients' measured load: the
+	// whole run of distinct and hot, mixed's during the sale; none for
+	// flash.
+	window  window
+	tallies []*tally
+	// peakConns is the peak of database connections in use during window
+	// (mixed only; -1 when no sample was taken).
+	peakConns int
+	// alone is mixed's closed-loop clients without the sale.
+	alone *phase
+	// check is the database check of the closed-loop clients (of both of
+	// mixed's phases), or flash's sale's.
+	check checkResult
+	// sale is the flash sale of flash and mixed.
+	sale *saleResult
 }
 
-// runOne seeds the products of scenario sc, starts the instances of mode,
-// drives the load, stops everything and checks the database.
-func (b *bench) runOne(ctx context.Context, sc, mode string) (*runResult, error) {
-	users, products, err := b.users(sc, mode)
+// phase is one closed-loop load: its measured window, its clients'
+// tallies, and the peak of database connections in use during the window
+// (-1 when no sample was taken).
+type phase struct {
+	window    window
+	tallies   []*tally
+	peakConns int
+}
+
+// runOne makes one run of plan p.
+func (b *bench) runOne(ctx context.Context, p runPlan) (*runResult, error) {
+	switch p.scenario {
+	case scenarioFlash:
+		return b.runFlash(ctx, p)
+	case scenarioMixed:
+		return b.runMixed(ctx, p)
+	}
+	return b.runLoad(ctx, p)
+}
+
+// runLoad seeds the products of a closed-loop plan, starts the instances
+// of its mode, drives the load, stops everything and checks the database.
+func (b *bench) runLoad(ctx context.Context, p runPlan) (*runResult, error) {
+	users, products, err := b.users(p, "")
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range products {
-		if err := b.st.SeedProduct(ctx, p, seedStock, priceCents); err != nil {
-			return nil, fmt.Errorf("seed: %w", err)
-		}
+	if err := b.seed(ctx, products, seedStock); err != nil {
+		return nil, err
 	}
-	ins, err := b.startInstances(ctx, mode)
+	ins, err := b.startInstances(ctx, p.mode)
 	if err != nil {
 		return nil, err
 	}
-	tallies, w := b.drive(ctx, users, ins)
-	cerr := closeInstances(ins)
-	b.transport.CloseIdleConnections()
-	if err := ctx.Err(); err != nil {
+	start := time.Now().Add(b.cfg.warmup)
+	w := fixedWindow(start, b.cfg.duration)
+	stop, cancel := context.WithDeadline(ctx, start.Add(b.cfg.duration))
+	tallies := b.drive(ctx, stop, users, ins, w)
+	cancel()
+	if err := b.stopInstances(ctx, ins); err != nil {
 		return nil, err
-	}
-	if cerr != nil {
-		return nil, fmt.Errorf("stop the instances: %w", cerr)
 	}
 	chk, err := b.check(ctx, users, tallies, int64(len(products))*seedStock)
 	if err != nil {
 		return nil, fmt.Errorf("check the database: %w", err)
 	}
-	return &runResult{scenario: sc, mode: mode, window: w, tallies: tallies, check: chk}, nil
+	return &runResult{runPlan: p, window: w.close(), tallies: tallies, peakConns: -1, check: chk}, nil
 }
 
-// users returns the run's users, each with its token and order, and the
-// products they order. User ids are unique to the run, so the check finds
-// the run's orders by them.
-func (b *bench) users(sc, mode string) ([]user, []string, error) {
-	users := make([]user, b.cfg.clients)
+// seed gives every product of products stock units.
+func (b *bench) seed(ctx context.Context, products []string, stock int64) error {
+	for _, p := range products {
+		if err := b.st.SeedProduct(ctx, p, stock, priceCents); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+	}
+	return nil
+}
+
+// stopInstances closes ins, once every loop has stopped, and the idle
+// connections to them. It fails when ctx ended: the run is cut short.
+func (b *bench) stopInstances(ctx context.Context, ins []*instance) error {
+	cerr := closeInstances(ins)
+	b.transport.CloseIdleConnections()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("stop the instances: %w", cerr)
+	}
+	return nil
+}
+
+// users returns the closed-loop clients of plan p (of its phase, for
+// mixed), each with its token and order, and the products they order.
+// User ids are unique to the run and phase, so the check finds their
+// orders by them.
+func (b *bench) users(p runPlan, phase string) ([]user, []string, error) {
+	prefix := fmt.Sprintf("ob.%s.%s-%d.%s", b.runID, p.scenario, p.clients, p.mode)
+	if phase != "" {
+		prefix += "." + phase
+	}
+	users := make([]user, p.clients)
 	var products []string
-	if sc == scenarioHot {
+	if p.scenario == scenarioHot {
 		products = []string{hotProduct}
 	}
 	for i := range users {
-		u := user{id: fmt.Sprintf("ob.%s.%s.%s.u%d", b.runID, sc, mode, i+1), product: hotProduct}
-		if sc == scenarioDistinct {
-			u.product = fmt.Sprintf("p%d", i+1)
-			products = append(products, u.product)
+		product := hotProduct
+		if p.scenario != scenarioHot {
+			product = fmt.Sprintf("p%d", i+1)
+			products = append(products, product)
 		}
-		tok, err := auth.Mint(b.secret, u.id, tokenTTL)
+		u, err := b.newUser(fmt.Sprintf("%s.u%d", prefix, i+1), product)
 		if err != nil {
-			return nil, nil, fmt.Errorf("token of %s: %w", u.id, err)
-		}
-		u.authorization = "Bearer " + tok
-		if u.body, err = orderBody(u.product); err != nil {
 			return nil, nil, err
 		}
 		users[i] = u
 	}
 	return users, products, nil
+}
+
+// newUser returns user id, with its token, ordering one unit of product.
+func (b *bench) newUser(id, product string) (user, error) {
+	u := user{id: id, product: product}
+	tok, err := auth.Mint(b.secret, id, tokenTTL)
+	if err != nil {
+		return u, fmt.Errorf("token of %s: %w", id, err)
+	}
+	u.authorization = "Bearer " + tok
+	if u.body, err = orderBody(product); err != nil {
+		return u, err
+	}
+	return u, nil
 }

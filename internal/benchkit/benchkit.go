@@ -1,6 +1,7 @@
 // Package benchkit holds what the benchmark commands (cmd/lockbench and
 // cmd/orderbench) share: latency summaries with nearest-rank percentiles,
-// medians and ratios, latency formatting for tables, and the progress bar.
+// medians and ratios, latency formatting for tables, latency CDF panels
+// drawn with gonum/plot into one PNG file, and the progress bar.
 // It is for commands only: no library package imports it.
 package benchkit
 
