@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/internal/benchkit"
+	"github.com/quorumlock/quorumlock/internal/wait"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -327,12 +328,8 @@ func waitHealthy(ctx context.Context, clients []redis.UniversalClient) error {
 			if err == nil {
 				break
 			}
-			t := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return errors.Join(err, ctx.Err())
-			case <-t.C:
+			if werr := wait.Sleep(ctx, 50*time.Millisecond); werr != nil {
+				return errors.Join(err, werr)
 			}
 		}
 	}

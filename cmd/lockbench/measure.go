@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // sample is what one contender did in one measured run: successful pairs
@@ -219,12 +221,8 @@ func warm(ctx context.Context, c contender, key string, limit time.Duration) err
 		if err == nil {
 			return nil
 		}
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
+		if werr := wait.Sleep(ctx, 100*time.Millisecond); werr != nil {
+			return errors.Join(err, werr)
 		}
 	}
 }

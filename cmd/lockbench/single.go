@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // singleNode is the classic one-master lock: SET NX PX with a random token,
@@ -87,12 +89,8 @@ func (s *singleNode) lock(ctx context.Context, key string, maxWait time.Duration
 		if time.Now().Add(d).After(deadline) {
 			return nil, fmt.Errorf("single-node: gave up after %d attempts: %w", attempt+1, err)
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := wait.Sleep(ctx, d); err != nil {
+			return nil, err
 		}
 	}
 }

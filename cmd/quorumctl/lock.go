@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/internal/wait"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -100,16 +101,16 @@ the key is held, up to that long.`,
 	return cmd
 }
 
-func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, wait time.Duration) error {
+func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, maxWait time.Duration) error {
 	if key == quorum.BootMarkerKey {
 		return usageError("key %q is the restart marker, not a lock", key)
 	}
 	rc := &releaseCounter{}
 	opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaWindow(max(ttl, s.window)), quorum.WithObserver(rc)}
-	if wait == 0 {
+	if maxWait == 0 {
 		opts = append(opts, quorum.WithRetry(quorum.Retry{Attempts: 1, BaseDelay: quorum.DefaultBaseDelay, MaxDelay: quorum.DefaultMaxDelay}), quorum.WithMaxWait(0))
 	} else {
-		opts = append(opts, quorum.WithMaxWait(wait))
+		opts = append(opts, quorum.WithMaxWait(maxWait))
 	}
 	if s.nodeTimeout > 0 {
 		opts = append(opts, quorum.WithNodeTimeout(s.nodeTimeout))
@@ -168,17 +169,13 @@ func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, wait 
 			a.printLock(rep, s.databaseURL != "")
 			fmt.Fprintf(a.stdout, "holding:  %v\n", hold)
 		}
-		t := time.NewTimer(hold)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-fctx.Done():
+		if err := wait.Sleep(fctx, hold); err != nil {
 			if cause := context.Cause(fctx); errors.Is(cause, quorum.ErrLeaseLost) {
 				return cause
 			}
-			return fmt.Errorf("interrupted after holding it for less than %v: %w", hold, fctx.Err())
+			return fmt.Errorf("interrupted after holding it for less than %v: %w", hold, err)
 		}
+		return nil
 	})
 	if rep.TokenDigest == "" { // not acquired
 		return fmt.Errorf("not locked: %w", err)

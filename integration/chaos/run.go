@@ -15,6 +15,7 @@ import (
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // InitialStock is the workload's starting stock: far more than a run
@@ -242,7 +243,7 @@ func (e *Env) Run(ctx context.Context, sc Scenario, fenced bool, seed uint64) (R
 	}
 	injected, derr := sc.drive(ctx, r)
 	if derr == nil {
-		sleep(ctx, e.minRun-time.Since(start))
+		_ = wait.Sleep(ctx, e.minRun-time.Since(start))
 	}
 	stopAll()
 	res.Injected = injected

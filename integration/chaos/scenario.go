@@ -7,6 +7,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/integration/nemesis"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // Scenario is one row of the safety table: a nemesis and the lock settings
@@ -91,7 +92,7 @@ var restartFaults = map[string]string{
 // quiet lets the workload run for d with no nemesis.
 func quiet(d time.Duration) func(ctx context.Context, r *run) (int, error) {
 	return func(ctx context.Context, r *run) (int, error) {
-		sleep(ctx, d)
+		_ = wait.Sleep(ctx, d)
 		return 0, ctx.Err()
 	}
 }
@@ -231,14 +232,14 @@ func partitionFromOne(ctx context.Context, r *run) (int, error) {
 			}
 		}
 		n++
-		sleep(ctx, ttl/2+time.Duration(r.rng.Int64N(int64(2*ttl))))
+		_ = wait.Sleep(ctx, ttl/2+time.Duration(r.rng.Int64N(int64(2*ttl))))
 		heal := context.WithoutCancel(ctx)
 		for _, lk := range cut {
 			if err := lk.Heal(heal); err != nil {
 				return n, err
 			}
 		}
-		sleep(ctx, time.Duration(r.rng.Int64N(int64(ttl/2))))
+		_ = wait.Sleep(ctx, time.Duration(r.rng.Int64N(int64(ttl/2))))
 	}
 	return n, ctx.Err()
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/wait"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -269,7 +270,7 @@ func (w *worker) round(ctx context.Context, n int) {
 	if err != nil {
 		r, msg := result(err)
 		w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: r, Err: msg})
-		sleep(ctx, 5*time.Millisecond)
+		_ = wait.Sleep(ctx, 5*time.Millisecond)
 		return
 	}
 	// The validity end, on the wall clock shared by the processes.
@@ -308,7 +309,7 @@ func (w *worker) round(ctx context.Context, n int) {
 		hold = hold/2 + time.Duration(w.rng.Int64N(int64(hold)))
 	}
 	w.emit(Event{Round: n, Op: OpHold, Phase: PhaseCall, Fence: fence, Value: int64(hold), Until: until})
-	sleep(ctx, hold)
+	_ = wait.Sleep(ctx, hold)
 
 	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseCall, Fence: fence, Value: v - 1})
 	err = w.write(db, fence, v)
@@ -334,16 +335,4 @@ func (w *worker) write(ctx context.Context, fence, read int64) error {
 			fence, w.cfg.ID, read, read-1)
 		return err
 	})
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // Kind is a kind of fault.
@@ -132,7 +133,7 @@ func Run(ctx context.Context, nodes []*testbed.RedisNode, plan []Step, log func(
 		if err := apply(ctx, nodes[s.Node], s); err != nil {
 			return fmt.Errorf("nemesis: %v: %w", s, err)
 		}
-		wait(ctx, s.Gap)
+		_ = wait.Sleep(ctx, s.Gap)
 	}
 	return nil
 }
@@ -145,38 +146,26 @@ func apply(ctx context.Context, n *testbed.RedisNode, s Step) error {
 		if err := n.Pause(ctx); err != nil {
 			return err
 		}
-		wait(ctx, s.For)
+		_ = wait.Sleep(ctx, s.For)
 		return n.Resume(heal)
 	case Partition:
 		if err := n.Partition(ctx); err != nil {
 			return err
 		}
-		wait(ctx, s.For)
+		_ = wait.Sleep(ctx, s.For)
 		return n.Heal(heal)
 	case Latency:
 		if err := n.AddLatency(ctx, s.Delay); err != nil {
 			return err
 		}
-		wait(ctx, s.For)
+		_ = wait.Sleep(ctx, s.For)
 		return n.AddLatency(heal, 0)
 	case KillRestartKeep, KillRestartEmpty:
 		if err := n.Kill(ctx); err != nil {
 			return err
 		}
-		wait(ctx, s.For)
+		_ = wait.Sleep(ctx, s.For)
 		return n.Restart(heal, s.Kind == KillRestartKeep)
 	}
 	return fmt.Errorf("unknown fault %v", s.Kind)
-}
-
-func wait(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // AnyRequest, given as the id of a fault, makes the fault apply to the next
@@ -255,12 +257,8 @@ func (f *Fake) wait(ctx context.Context) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("fake provider: %w (%w)", ErrTimeout, ctx.Err())
+	if err := wait.Sleep(ctx, d); err != nil {
+		return fmt.Errorf("fake provider: %w (%w)", ErrTimeout, err)
 	}
+	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // HTTPProvider defaults.
@@ -258,16 +260,12 @@ func (p *HTTPProvider) call(ctx context.Context, what, method, target, key strin
 		if attempt >= p.retries {
 			return 0, nil, fmt.Errorf("http provider: %s: %w (after %d attempts: %w)", what, ErrTimeout, attempt+1, last)
 		}
-		wait := p.retryWait(attempt)
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+		pause := p.retryWait(attempt)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= pause {
 			return 0, nil, fmt.Errorf("http provider: %s: %w (after %d attempts, no time left to retry: %w)", what, ErrTimeout, attempt+1, last)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, nil, fmt.Errorf("http provider: %s: %w (%w, after %d attempts: %w)", what, ErrTimeout, ctx.Err(), attempt+1, last)
-		case <-t.C:
+		if err := wait.Sleep(ctx, pause); err != nil {
+			return 0, nil, fmt.Errorf("http provider: %s: %w (%w, after %d attempts: %w)", what, ErrTimeout, err, attempt+1, last)
 		}
 	}
 }
