@@ -233,12 +233,12 @@ func (w *evWorld) count(sql string, args ...any) int {
 	return n
 }
 
-// doubles counts the orders with more than one shipment reserved by a
-// consumer whose name matches like: the drills' safety check.
+// doubles counts the order lines with more than one shipment reserved by
+// a consumer whose name matches like: the drills' safety check.
 func (w *evWorld) doubles(like string) int {
 	w.t.Helper()
 	return w.count(`SELECT count(*) FROM (SELECT order_id FROM shipments WHERE reserved_by LIKE $1
-GROUP BY order_id HAVING count(*) > 1) d`, like)
+GROUP BY order_id, product_id HAVING count(*) > 1) d`, like)
 }
 
 func (w *evWorld) shipments(like string) int {

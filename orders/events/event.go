@@ -45,12 +45,33 @@ type Event struct {
 
 // Order is the payload of every order event: the order at the change.
 type Order struct {
-	OrderID     string `json:"orderId"`
-	UserID      string `json:"userId"`
-	ProductID   string `json:"productId"`
+	OrderID string `json:"orderId"`
+	UserID  string `json:"userId"`
+	// ProductID is a one-line order's product, "" for a cart.
+	ProductID string `json:"productId"`
+	// Quantity is the units of every line.
 	Quantity    int64  `json:"quantity"`
 	AmountCents int64  `json:"amountCents"`
 	Status      string `json:"status"`
+	// Lines are the order's products, sorted by id. Events written before
+	// carts existed have none; OrderLines then gives the one line.
+	Lines []Line `json:"lines,omitempty"`
+}
+
+// Line is one product of an order event.
+type Line struct {
+	ProductID   string `json:"productId"`
+	Quantity    int64  `json:"quantity"`
+	AmountCents int64  `json:"amountCents"`
+}
+
+// OrderLines returns the order's lines: Lines, or for an event without
+// them, the one line its product and quantity name.
+func (o Order) OrderLines() []Line {
+	if len(o.Lines) > 0 || o.ProductID == "" {
+		return o.Lines
+	}
+	return []Line{{ProductID: o.ProductID, Quantity: o.Quantity, AmountCents: o.AmountCents}}
 }
 
 // Order decodes the payload.

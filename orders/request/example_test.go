@@ -18,9 +18,29 @@ func ExampleParse() {
 	fmt.Println(string(o.Canonical()))
 	fmt.Println(o.Fingerprint())
 	// Output:
-	// {ProductID:42 Quantity:1 AddressVersion:v1 CouponID:}
+	// {ProductID:42 Quantity:1 AddressVersion:v1 CouponID: Items:[]}
 	// {"productId":"42","quantity":1,"addressVersion":"v1","couponId":null}
 	// d97da156f58deb034159672be502751e13beb9c99d340a2fc1212d7348223514
+}
+
+// A cart: the lines in any order, a line repeated verbatim counted once.
+// Both bodies are the same order, with the same fingerprint.
+func ExampleParse_cart() {
+	a, err := request.Parse(strings.NewReader(`{"items": [{"productId": 42, "quantity": 1}, {"quantity": 2, "productId": "7"}], "addressVersion": "v1"}`))
+	if err != nil {
+		panic(err)
+	}
+	b, err := request.Parse(strings.NewReader(`{"addressVersion": "v1", "items": [{"productId": "7", "quantity": 2}, {"productId": "42", "quantity": 1}, {"productId": "7", "quantity": 2}]}`))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(a.Items, a.Units())
+	fmt.Println(string(a.Canonical()))
+	fmt.Println(a.Fingerprint() == b.Fingerprint())
+	// Output:
+	// [{42 1} {7 2}] 3
+	// {"items":[{"productId":"42","quantity":1},{"productId":"7","quantity":2}],"addressVersion":"v1","couponId":null}
+	// true
 }
 
 func ExampleParse_errors() {

@@ -3,6 +3,7 @@ package request_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func FuzzParse(f *testing.F) {
 			if !known {
 				t.Fatalf("error %v wraps no body sentinel", err)
 			}
-			if o != (request.Order{}) {
+			if !reflect.DeepEqual(o, request.Order{}) {
 				t.Fatalf("error with non-zero order %+v", o)
 			}
 			return
@@ -64,7 +65,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("canonical form %s rejected: %v", canon, err)
 		}
-		if again != o || again.Fingerprint() != o.Fingerprint() {
+		if !reflect.DeepEqual(again, o) || again.Fingerprint() != o.Fingerprint() {
 			t.Fatalf("round trip changed the order: %+v -> %s -> %+v", o, canon, again)
 		}
 		if string(again.Canonical()) != string(canon) {
@@ -97,7 +98,7 @@ func FuzzFingerprint(f *testing.F) {
 		if err != nil {
 			t.Fatalf("ParseBytes(%s): %v", body, err)
 		}
-		if got != o {
+		if !reflect.DeepEqual(got, o) {
 			t.Fatalf("ParseBytes(%s) = %+v, want %+v", body, got, o)
 		}
 		if got.Fingerprint() != want {

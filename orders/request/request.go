@@ -26,6 +26,21 @@
 //
 // A required field that is null counts as missing.
 //
+// # Carts
+//
+// A cart names several products in one order, in place of productId and
+// quantity (a body with both forms is rejected):
+//
+//	{"items": [{"productId": "42", "quantity": 1}, {"productId": "7", "quantity": 2}], "addressVersion": "v1"}
+//
+// items holds 1 to MaxItems (20) lines, each an object with productId and
+// quantity under the rules above (unknown fields ignored, names checked as
+// at the top level). The lines are sorted by product id. A line repeated
+// verbatim counts once; the same product on two lines with different
+// quantities is rejected, since which one was meant is unknown. A cart of
+// one product is the single-product order, with its fingerprint. Errors
+// name the line: "items[2].quantity".
+//
 // # Unknown fields, duplicates and case
 //
 // Unknown top-level fields (trace ids, client metadata) are allowed and
@@ -62,9 +77,14 @@
 //
 //	{"productId":"42","quantity":1,"addressVersion":"v1","couponId":null}
 //
+// A cart's canonical form puts its sorted lines first:
+//
+//	{"items":[{"productId":"42","quantity":1},{"productId":"7","quantity":2}],"addressVersion":"v1","couponId":null}
+//
 // Order.Fingerprint is the lowercase hex SHA-256 of those bytes. Field order,
 // whitespace, escapes, the number form of productId and unknown fields do not
-// change it; any change to a business field does. The canonical form is part
+// change it, nor does the order of a cart's lines; any change to a
+// business field does. The canonical form is part
 // of the API contract: changing it makes stored fingerprints disagree with new
 // ones.
 //
@@ -108,6 +128,8 @@ const (
 	MaxUserIDLen = 128
 	// IdempotencyKeyHeader is the name of the idempotency header.
 	IdempotencyKeyHeader = "Idempotency-Key"
+	// MaxItems is the most lines a cart (the items field) may hold.
+	MaxItems = 20
 )
 
 // Field names of the body, as they appear in JSON.
@@ -116,6 +138,7 @@ const (
 	FieldQuantity       = "quantity"
 	FieldAddressVersion = "addressVersion"
 	FieldCouponID       = "couponId"
+	FieldItems          = "items"
 )
 
 // Sentinel errors. Errors returned by this package wrap exactly one of them.
@@ -177,6 +200,10 @@ type Order struct {
 	AddressVersion string
 	// CouponID is the coupon, or "" for none.
 	CouponID string
+	// Items is a cart's lines: two or more, sorted by product id, one per
+	// product; nil for a single-product order, whose line is ProductID and
+	// Quantity (zero in a cart). A one-line cart is read as that order.
+	Items []Line
 }
 
 // HasCoupon reports whether the order uses a coupon.
@@ -186,14 +213,12 @@ func (o Order) HasCoupon() bool { return o.CouponID != "" }
 // Orders returned by Parse are always valid; Validate is for orders built in
 // code.
 func (o Order) Validate() error {
-	if o.ProductID == "" {
-		return errf(ErrMissingField, FieldProductID, "is required")
-	}
-	if err := checkID(FieldProductID, o.ProductID); err != nil {
+	if o.Items != nil {
+		if err := validateCart(o); err != nil {
+			return err
+		}
+	} else if err := validateLine("", Line{ProductID: o.ProductID, Quantity: o.Quantity}); err != nil {
 		return err
-	}
-	if o.Quantity < MinQuantity || o.Quantity > MaxQuantity {
-		return errf(ErrInvalidField, FieldQuantity, "must be an integer from %d to %d", MinQuantity, MaxQuantity)
 	}
 	if o.AddressVersion == "" {
 		return errf(ErrMissingField, FieldAddressVersion, "is required")
@@ -202,9 +227,21 @@ func (o Order) Validate() error {
 		return err
 	}
 	if o.CouponID != "" {
-		if err := checkID(FieldCouponID, o.CouponID); err != nil {
-			return err
-		}
+		return checkID(FieldCouponID, o.CouponID)
+	}
+	return nil
+}
+
+// validateLine checks one line; prefix names it in errors ("items[1].").
+func validateLine(prefix string, l Line) error {
+	if l.ProductID == "" {
+		return errf(ErrMissingField, prefix+FieldProductID, "is required")
+	}
+	if err := checkID(prefix+FieldProductID, l.ProductID); err != nil {
+		return err
+	}
+	if l.Quantity < MinQuantity || l.Quantity > MaxQuantity {
+		return errf(ErrInvalidField, prefix+FieldQuantity, "must be an integer from %d to %d", MinQuantity, MaxQuantity)
 	}
 	return nil
 }
@@ -214,11 +251,13 @@ func (o Order) Validate() error {
 // defined for any Order; for a valid one it is also accepted by Parse and
 // yields an equal Order.
 func (o Order) Canonical() []byte {
-	b := make([]byte, 0, 96+len(o.ProductID)+len(o.AddressVersion)+len(o.CouponID))
-	b = append(b, `{"productId":`...)
-	b = appendString(b, o.ProductID)
-	b = append(b, `,"quantity":`...)
-	b = strconv.AppendInt(b, int64(o.Quantity), 10)
+	b := make([]byte, 0, 96+len(o.ProductID)+len(o.AddressVersion)+len(o.CouponID)+48*len(o.Items))
+	if o.Items != nil {
+		b = appendItems(b, o.Items)
+	} else {
+		b = append(b, '{')
+		b = appendLine(b, Line{ProductID: o.ProductID, Quantity: o.Quantity})
+	}
 	b = append(b, `,"addressVersion":`...)
 	b = appendString(b, o.AddressVersion)
 	b = append(b, `,"couponId":`...)
@@ -305,33 +344,35 @@ func ParseBytes(data []byte, opts ...Option) (Order, error) {
 	return parse(data, newConfig(opts))
 }
 
-// Indexes of the business fields, in canonical order.
+// Indexes of the top-level fields.
 const (
 	idxProductID = iota
 	idxQuantity
 	idxAddressVersion
 	idxCouponID
+	idxItems
 	numFields
 )
 
-// knownFields returns the business field names in canonical order.
-func knownFields() [numFields]string {
-	return [numFields]string{FieldProductID, FieldQuantity, FieldAddressVersion, FieldCouponID}
-}
+// topFields are the top-level field names, by index.
+var topFields = []string{FieldProductID, FieldQuantity, FieldAddressVersion, FieldCouponID, FieldItems}
 
 func parse(data []byte, c config) (Order, error) {
 	if int64(len(data)) > c.maxBytes {
 		return Order{}, errf(ErrTooLarge, "", "the body is larger than %d bytes", c.maxBytes)
 	}
-	raw, err := scanObject(data)
+	raw, err := scanObject(data, "", topFields)
 	if err != nil {
 		return Order{}, err
 	}
 	var o Order
-	if o.ProductID, err = productID(raw[idxProductID]); err != nil {
-		return Order{}, err
-	}
-	if o.Quantity, err = quantity(raw[idxQuantity]); err != nil {
+	if isNull(raw[idxItems]) {
+		l, err := parseLine("", raw[idxProductID], raw[idxQuantity])
+		if err != nil {
+			return Order{}, err
+		}
+		o.ProductID, o.Quantity = l.ProductID, l.Quantity
+	} else if o, err = parseCart(raw); err != nil {
 		return Order{}, err
 	}
 	if o.AddressVersion, err = idString(FieldAddressVersion, raw[idxAddressVersion], true); err != nil {
@@ -343,11 +384,25 @@ func parse(data []byte, c config) (Order, error) {
 	return o, nil
 }
 
+// parseLine reads a product and its quantity; prefix names the line in
+// errors.
+func parseLine(prefix string, product, qty json.RawMessage) (Line, error) {
+	var l Line
+	var err error
+	if l.ProductID, err = productID(prefix+FieldProductID, product); err != nil {
+		return Line{}, err
+	}
+	if l.Quantity, err = quantity(prefix+FieldQuantity, qty); err != nil {
+		return Line{}, err
+	}
+	return l, nil
+}
+
 // scanObject checks that data is exactly one JSON object (plus whitespace)
-// with no duplicate names, and returns the raw values of the known fields
-// (nil when absent).
-func scanObject(data []byte) ([numFields]json.RawMessage, error) {
-	var raw [numFields]json.RawMessage
+// with no duplicate names, and returns the raw values of the names (nil
+// when absent). prefix names the object in errors ("items[2].").
+func scanObject(data []byte, prefix string, names []string) ([]json.RawMessage, error) {
+	raw := make([]json.RawMessage, len(names))
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -358,6 +413,9 @@ func scanObject(data []byte) ([numFields]json.RawMessage, error) {
 		return raw, errf(ErrMalformed, "", "invalid JSON: %v", err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		if prefix != "" {
+			return raw, errf(ErrInvalidField, strings.TrimSuffix(prefix, "."), "must be a JSON object")
+		}
 		return raw, errf(ErrMalformed, "", "the body must be a JSON object")
 	}
 	seen := make(map[string]struct{})
@@ -373,21 +431,21 @@ func scanObject(data []byte) ([numFields]json.RawMessage, error) {
 			return raw, errf(ErrMalformed, "", "invalid JSON: expected a field name")
 		}
 		if _, dup := seen[name]; dup {
-			return raw, errf(ErrDuplicateField, name, "appears more than once")
+			return raw, errf(ErrDuplicateField, prefix+name, "appears more than once")
 		}
 		seen[name] = struct{}{}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return raw, errf(ErrMalformed, name, "invalid JSON value: %v", err)
+			return raw, errf(ErrMalformed, prefix+name, "invalid JSON value: %v", err)
 		}
 		// A known name keeps its value; an unknown one is ignored.
-		for i, k := range knownFields() {
+		for i, k := range names {
 			if name == k {
 				raw[i] = v
 				break
 			}
 			if strings.EqualFold(name, k) {
-				return raw, errf(ErrInvalidField, name, "unknown field; field names are case-sensitive, did you mean %q?", k)
+				return raw, errf(ErrInvalidField, prefix+name, "unknown field; field names are case-sensitive, did you mean %q?", k)
 			}
 		}
 	}
@@ -463,43 +521,43 @@ func isNumber(v json.RawMessage) bool {
 	return len(v) > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9'))
 }
 
-func productID(v json.RawMessage) (string, error) {
+func productID(field string, v json.RawMessage) (string, error) {
 	if isNull(v) {
-		return "", errf(ErrMissingField, FieldProductID, "is required")
+		return "", errf(ErrMissingField, field, "is required")
 	}
 	if v[0] == '"' {
-		return idString(FieldProductID, v, true)
+		return idString(field, v, true)
 	}
 	if !isNumber(v) {
-		return "", errf(ErrInvalidField, FieldProductID, "must be a string or a non-negative integer")
+		return "", errf(ErrInvalidField, field, "must be a string or a non-negative integer")
 	}
 	digits, negative := integerLiteral(v)
 	switch {
 	case negative:
-		return "", errf(ErrInvalidField, FieldProductID, "must not be negative")
+		return "", errf(ErrInvalidField, field, "must not be negative")
 	case !digits:
-		return "", errf(ErrInvalidField, FieldProductID, "must be an integer, without fraction or exponent")
+		return "", errf(ErrInvalidField, field, "must be an integer, without fraction or exponent")
 	case len(v) > MaxIDLen:
-		return "", errf(ErrInvalidField, FieldProductID, "must be at most %d digits long", MaxIDLen)
+		return "", errf(ErrInvalidField, field, "must be at most %d digits long", MaxIDLen)
 	}
 	// JSON forbids leading zeros, so the literal is already the decimal form.
 	return string(v), nil
 }
 
-func quantity(v json.RawMessage) (int, error) {
+func quantity(field string, v json.RawMessage) (int, error) {
 	if isNull(v) {
-		return 0, errf(ErrMissingField, FieldQuantity, "is required")
+		return 0, errf(ErrMissingField, field, "is required")
 	}
 	if !isNumber(v) {
-		return 0, errf(ErrInvalidField, FieldQuantity, "must be a JSON integer")
+		return 0, errf(ErrInvalidField, field, "must be a JSON integer")
 	}
 	digits, negative := integerLiteral(v)
-	rangeErr := errf(ErrInvalidField, FieldQuantity, "must be an integer from %d to %d", MinQuantity, MaxQuantity)
+	rangeErr := errf(ErrInvalidField, field, "must be an integer from %d to %d", MinQuantity, MaxQuantity)
 	switch {
 	case negative:
 		return 0, rangeErr
 	case !digits:
-		return 0, errf(ErrInvalidField, FieldQuantity, "must be an integer, without fraction or exponent")
+		return 0, errf(ErrInvalidField, field, "must be an integer, without fraction or exponent")
 	case len(v) > 4: // more than 9999
 		return 0, rangeErr
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestParseAccepts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("Parse = %+v, want %+v", got, tc.want)
 			}
 			if err := got.Validate(); err != nil {
@@ -146,7 +147,7 @@ func TestParseRejects(t *testing.T) {
 			if re.Reason == "" {
 				t.Fatalf("empty reason in %v", err)
 			}
-			if o != (request.Order{}) {
+			if !reflect.DeepEqual(o, request.Order{}) {
 				t.Fatalf("rejected parse returned a non-zero order %+v", o)
 			}
 		})

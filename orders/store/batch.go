@@ -253,7 +253,7 @@ func replays(ctx context.Context, tx pgx.Tx, b Batch) ([]Placed, []int, error) {
 // saves every new outcome; then answers the repeated keys. It returns the
 // stock left.
 func (s *Store) take(ctx context.Context, tx pgx.Tx, b Batch, out []Placed, fresh []int) (int64, error) {
-	fence, err := s.fence(ctx, tx, b)
+	fence, err := s.fence(ctx, tx, b.Fence, b.FenceKey)
 	if err != nil {
 		return 0, err
 	}
@@ -310,22 +310,23 @@ func (s *Store) take(ctx context.Context, tx pgx.Tx, b Batch, out []Placed, fres
 	return left, nil
 }
 
-// fence returns the batch's token, taken as Batch.Fence says.
-func (s *Store) fence(ctx context.Context, tx pgx.Tx, b Batch) (int64, error) {
+// fence returns the token of a write to one stock row, taken as
+// Batch.Fence says of fence and key.
+func (s *Store) fence(ctx context.Context, tx pgx.Tx, fence int64, key string) (int64, error) {
 	switch {
-	case b.Fence > 0 && b.FenceKey != "":
-		if err := fencing.Take(ctx, tx, b.FenceKey, b.Fence); err != nil {
+	case fence > 0 && key != "":
+		if err := fencing.Take(ctx, tx, key, fence); err != nil {
 			return 0, fmt.Errorf("store: place orders: %w", err)
 		}
-		return b.Fence, nil
-	case b.Fence > 0:
-		return b.Fence, nil
+		return fence, nil
+	case fence > 0:
+		return fence, nil
 	}
 	iss, err := fencing.NewIssuer(tx)
 	if err != nil {
 		return 0, err
 	}
-	f, err := iss.Next(ctx, b.FenceKey)
+	f, err := iss.Next(ctx, key)
 	if err != nil {
 		return 0, fmt.Errorf("store: place orders: %w", err)
 	}
@@ -348,6 +349,11 @@ func (s *Store) sell(ctx context.Context, tx pgx.Tx, b Batch, fence, total int64
 	}
 	s.failpoints.Hit(failpoint.AfterDecrement)
 	cols := orderRows(made)
+	// The lines first: the order's creation event reads them.
+	_, err = tx.Exec(ctx, insertLines, cols[0], cols[2], cols[3], cols[4], cols[8])
+	if err != nil {
+		return fmt.Errorf("store: place orders: insert lines: %w", err)
+	}
 	_, err = tx.Exec(ctx, `INSERT INTO orders (`+orderColumns+`, response_status, response_body)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], $7::text[],
   $8::text[], $9::bigint[], $10::timestamptz[], $11::timestamptz[], $12::int[], $13::bytea[])`, cols...)

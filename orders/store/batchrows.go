@@ -45,7 +45,7 @@ WHERE (user_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]
 	if len(saved) == len(orders) {
 		return saved, nil
 	}
-	rows, err = tx.Query(ctx, `SELECT user_id, idempotency_key, request_fingerprint, outcome, product_id, quantity,
+	rows, err = tx.Query(ctx, `SELECT user_id, idempotency_key, request_fingerprint, outcome, COALESCE(product_id, ''), quantity,
   response_status, response_body, created_at FROM request_outcomes
 WHERE (user_id, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, users, keys)
 	if err != nil {
@@ -137,7 +137,9 @@ func saveShort(ctx context.Context, tx pgx.Tx, short []Outcome) error {
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO request_outcomes (user_id, idempotency_key, request_fingerprint, outcome,
   product_id, quantity, response_status, response_body, created_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::bytea[], $9::timestamptz[])`,
+SELECT u, k, f, o, NULLIF(p, ''), q, s, b, t
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::bytea[], $9::timestamptz[])
+  AS x(u, k, f, o, p, q, s, b, t)`,
 		users, keys, fps, kinds, products, qty, statuses, bodies, at)
 	if err != nil {
 		return fmt.Errorf("store: place orders: save out-of-stock outcomes: %w", err)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,7 +18,7 @@ const DefaultHold = 15 * time.Minute
 const MaxExpireBatch = 1000
 
 // ExpireOrders cancels up to limit unpaid orders, oldest first, and returns
-// their quantities to stock, in one statement: CREATED orders placed at
+// their lines to stock, in one transaction: CREATED orders placed at
 // least hold ago, and PAYMENT_FAILED orders whose payment failed at least
 // hold ago (by the database's clock), so that neither state keeps stock
 // when its user walks away. The orders are claimed with FOR UPDATE SKIP
@@ -32,24 +33,22 @@ func (s *Store) ExpireOrders(ctx context.Context, hold time.Duration, limit int)
 	if limit < 1 || limit > MaxExpireBatch {
 		return nil, fmt.Errorf("%w: batch size %d is outside 1..%d", ErrInvalid, limit, MaxExpireBatch)
 	}
-	rows, err := s.pool.Query(ctx, `WITH due AS (
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: expire orders: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, `WITH due AS (
     SELECT order_id, status FROM orders
     WHERE (status = $1 AND created_at <= now() - make_interval(secs => $2))
        OR (status = $5 AND updated_at <= now() - make_interval(secs => $2))
     ORDER BY created_at, order_id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), moved AS (
-    UPDATE orders o SET status = $4, updated_at = now()
-    FROM due WHERE o.order_id = due.order_id AND o.status = due.status
-    RETURNING o.*
-), restocked AS (
-    UPDATE product_stock ps SET available = ps.available + m.quantity
-    FROM (SELECT product_id, sum(quantity) AS quantity FROM moved GROUP BY product_id) m
-    WHERE ps.product_id = m.product_id
-    RETURNING ps.product_id
 )
-SELECT `+orderColumns+` FROM moved`, StatusCreated, hold.Seconds(), limit, StatusCancelled, StatusPaymentFailed)
+UPDATE orders o SET status = $4, updated_at = now()
+FROM due WHERE o.order_id = due.order_id AND o.status = due.status
+RETURNING `+qualified("o.", orderColumns), StatusCreated, hold.Seconds(), limit, StatusCancelled, StatusPaymentFailed)
 	if err != nil {
 		return nil, fmt.Errorf("store: expire orders: %w", err)
 	}
@@ -60,7 +59,29 @@ SELECT `+orderColumns+` FROM moved`, StatusCreated, hold.Seconds(), limit, Statu
 	if err != nil {
 		return nil, fmt.Errorf("store: expire orders: %w", err)
 	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(out))
+	for i, o := range out {
+		ids[i] = o.ID
+	}
+	if err := restock(ctx, tx, ids); err != nil {
+		return nil, fmt.Errorf("store: expire orders: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("store: expire orders: commit: %w", err)
+	}
 	return out, nil
+}
+
+// qualified prefixes every column of a comma-separated list.
+func qualified(prefix, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, c := range parts {
+		parts[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // StockBalance is the check behind "stock never leaks": for every product,
@@ -68,13 +89,13 @@ SELECT `+orderColumns+` FROM moved`, StatusCreated, hold.Seconds(), limit, Statu
 type StockBalance struct {
 	ProductID string
 	Available int64
-	Held      int64 // sum of the quantities of orders in a state that Holds
+	Held      int64 // sum of the quantities of the lines of orders in a state that Holds
 }
 
 // StockBalances returns the balance of every product, by product id.
 func (s *Store) StockBalances(ctx context.Context) ([]StockBalance, error) {
-	rows, err := s.pool.Query(ctx, `SELECT ps.product_id, ps.available, COALESCE(sum(o.quantity) FILTER (WHERE o.status <> $1), 0)::bigint
-FROM product_stock ps LEFT JOIN orders o ON o.product_id = ps.product_id
+	rows, err := s.pool.Query(ctx, `SELECT ps.product_id, ps.available, COALESCE(sum(l.quantity) FILTER (WHERE o.status <> $1), 0)::bigint
+FROM product_stock ps LEFT JOIN order_lines l ON l.product_id = ps.product_id LEFT JOIN orders o ON o.order_id = l.order_id
 GROUP BY ps.product_id, ps.available ORDER BY ps.product_id`, StatusCancelled)
 	if err != nil {
 		return nil, fmt.Errorf("store: stock balances: %w", err)

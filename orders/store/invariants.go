@@ -32,11 +32,15 @@ const (
 	InvariantOneOrderPerKey = "one_order_per_idempotency_key"
 
 	// InvariantStockBalance: for every product, available plus the
-	// quantities of its orders in a state that holds stock (every state
+	// quantities of its order lines in a state that holds stock (every state
 	// but CANCELLED, see [Status.Holds]) equals product_stock.stocked, the
 	// units put in by [Store.SeedProduct]. A violation means stock moved
 	// without an order: leaked, sold twice, or changed by hand.
 	InvariantStockBalance = "stock_balance"
+
+	// InvariantOrderLinesAddUp: every order has lines, its quantity and
+	// amount are theirs, and only a one-line order names a product.
+	InvariantOrderLinesAddUp = "order_lines_add_up"
 
 	// InvariantOneChargePerPaymentRequest: no payment request is charged
 	// twice. The provider's own ledger is not in the database, so the check
@@ -56,6 +60,7 @@ func invariantNames() []string {
 		InvariantNonNegativeStock,
 		InvariantOneOrderPerKey,
 		InvariantStockBalance,
+		InvariantOrderLinesAddUp,
 		InvariantOneChargePerPaymentRequest,
 	}
 }

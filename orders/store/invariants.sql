@@ -30,22 +30,41 @@ HAVING count(*) > 1
 ORDER BY user_id, idempotency_key;
 
 -- name: stock_balance
--- For every product, the units available plus the quantities of the orders
--- that hold stock equal the units stocked (product_stock.stocked, kept by
--- SeedProduct). Every order state holds its quantity except CANCELLED, the
--- one move that gives it back (Status.Holds). A row here means stock moved
--- without an order: leaked, sold twice, or changed by hand without stocked.
+-- For every product, the units available plus the quantities of the order
+-- lines that hold stock equal the units stocked (product_stock.stocked,
+-- kept by SeedProduct). Every order state holds its lines except
+-- CANCELLED, the one move that gives them back (Status.Holds). A row here
+-- means stock moved without an order: leaked, sold twice, or changed by
+-- hand without stocked.
 SELECT ps.product_id, ps.stocked, ps.available, COALESCE(h.held, 0) AS held,
        ps.available + COALESCE(h.held, 0) - ps.stocked AS difference
 FROM product_stock ps
 LEFT JOIN (
-    SELECT product_id, sum(quantity) AS held
-    FROM orders
-    WHERE status IN ('CREATED', 'PAYING', 'PAID', 'PAYMENT_FAILED')
-    GROUP BY product_id
+    SELECT l.product_id, sum(l.quantity) AS held
+    FROM order_lines l JOIN orders o ON o.order_id = l.order_id
+    WHERE o.status IN ('CREATED', 'PAYING', 'PAID', 'PAYMENT_FAILED')
+    GROUP BY l.product_id
 ) h ON h.product_id = ps.product_id
 WHERE ps.available + COALESCE(h.held, 0) <> ps.stocked
 ORDER BY ps.product_id;
+
+-- name: order_lines_add_up
+-- Every order has lines, and they add up to it: its quantity is the units
+-- of its lines, its amount their amounts, and a one-line order names the
+-- line's product (a cart, several lines, names none). A row here means an
+-- order whose stock lives elsewhere than it says: restocking it would
+-- return the wrong units.
+SELECT o.order_id, o.product_id, o.quantity, o.amount_cents,
+       COALESCE(sum(l.quantity), 0) AS line_units, COALESCE(sum(l.amount_cents), 0) AS line_amount,
+       count(l.product_id) AS lines
+FROM orders o LEFT JOIN order_lines l ON l.order_id = o.order_id
+GROUP BY o.order_id
+HAVING count(l.product_id) = 0
+    OR o.quantity <> sum(l.quantity)
+    OR o.amount_cents <> sum(l.amount_cents)
+    OR (count(l.product_id) = 1) <> (o.product_id IS NOT NULL)
+    OR (o.product_id IS NOT NULL AND o.product_id <> min(l.product_id))
+ORDER BY o.order_id;
 
 -- name: one_charge_per_payment_request
 -- No payment request is charged more than once, as far as the database can

@@ -26,6 +26,7 @@ func TestInvariants(t *testing.T) {
 	t.Run("NegativeStock", func(t *testing.T) { testInvariantNegativeStock(t, srv) })
 	t.Run("TwoOrdersForOneKey", func(t *testing.T) { testInvariantOneOrderPerKey(t, srv) })
 	t.Run("StockMovedWithoutAnOrder", func(t *testing.T) { testInvariantStockBalance(t, srv) })
+	t.Run("OrderLinesDisagree", func(t *testing.T) { testInvariantOrderLines(t, srv) })
 	t.Run("BalanceCountsTheStatesThatHold", func(t *testing.T) { testInvariantHoldingStates(t, srv) })
 	t.Run("SecondCharge", func(t *testing.T) { testInvariantOneCharge(t, srv) })
 	t.Run("ReadsInAReadOnlyTransaction", func(t *testing.T) { testInvariantsReadOnly(t, srv) })
@@ -237,6 +238,8 @@ func testInvariantOneOrderPerKey(t *testing.T, srv pgServer) {
 SELECT order_id || '-twin', user_id, product_id, quantity, amount_cents, idempotency_key,
     request_fingerprint, status, response_status, response_body, fence
 FROM orders WHERE order_id = $1`, o.ID)
+	s.exec(t, `INSERT INTO order_lines SELECT order_id || '-twin', product_id, quantity, amount_cents, fence
+FROM order_lines WHERE order_id = $1`, o.ID)
 	s.exec(t, `UPDATE product_stock SET available = available - $2 WHERE product_id = $1`, o.ProductID, o.Quantity)
 	want := fmt.Sprintf(`user_id=%s idempotency_key=%s orders=2 order_ids="%s, %s-twin"`, o.UserID, o.IdempotencyKey, o.ID, o.ID)
 	onlyViolation(t, s.check(t), store.InvariantOneOrderPerKey, func(d string) bool { return d == want })
@@ -252,6 +255,7 @@ func testInvariantStockBalance(t *testing.T, srv pgServer) {
 			s.exec(t, `UPDATE product_stock SET available = available + 1 WHERE product_id = '42'`)
 		}, 1},
 		{"OrderDeleted", func(t *testing.T, s *shop) {
+			s.exec(t, `DELETE FROM order_lines WHERE order_id = $1`, s.created.ID)
 			s.exec(t, `DELETE FROM orders WHERE order_id = $1`, s.created.ID)
 		}, -2},
 		{"CancelledWithoutRestock", func(t *testing.T, s *shop) {
@@ -387,8 +391,8 @@ func testInvariantsReadOnly(t *testing.T, srv pgServer) {
 	if err != nil || len(vs) != 0 {
 		t.Fatalf("%q, %v", vs, err)
 	}
-	if spy.queries != 4 || spy.writable != 0 || spy.committed {
-		t.Fatalf("%d queries, %d of them in a writable transaction, committed %v; want 4 read-only, rolled back",
+	if spy.queries != 5 || spy.writable != 0 || spy.committed {
+		t.Fatalf("%d queries, %d of them in a writable transaction, committed %v; want 5 read-only, rolled back",
 			spy.queries, spy.writable, spy.committed)
 	}
 }
@@ -520,5 +524,25 @@ func testInvariantsErrors(t *testing.T, srv pgServer) {
 	var pgErr interface{ SQLState() string }
 	if !errors.As(err, &pgErr) || pgErr.SQLState() != "42P01" || !strings.Contains(err.Error(), store.InvariantNonNegativeStock) {
 		t.Fatalf("unmigrated database: %v", err)
+	}
+}
+
+// An order whose lines disagree with it is caught; each spoiling leaves
+// the stock balanced, so only this invariant speaks.
+func testInvariantOrderLines(t *testing.T, srv pgServer) {
+	for _, c := range []struct {
+		name, sql string
+	}{
+		{"AmountOffByOne", `UPDATE order_lines SET amount_cents = amount_cents + 1 WHERE order_id = $1`},
+		{"ProductForgotten", `UPDATE orders SET product_id = NULL WHERE order_id = $1`},
+		{"ProductChanged", `UPDATE orders SET product_id = '7' WHERE order_id = $1`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newShop(t, srv)
+			s.exec(t, c.sql, s.created.ID)
+			onlyViolation(t, s.check(t), store.InvariantOrderLinesAddUp,
+				func(d string) bool { return strings.HasPrefix(d, "order_id="+s.created.ID+" ") })
+		})
 	}
 }

@@ -47,6 +47,10 @@ type Outcome struct {
 	// Order is the order as it is now (its Status may have moved on since
 	// the snapshot); the zero Order unless Kind is OutcomeOrder.
 	Order Order
+	// Short names the lines of a cart that the stock could not cover, for
+	// the snapshot of a new out-of-stock outcome; a replay has only the
+	// snapshot.
+	Short []ShortLine
 }
 
 // Snapshot is a response saved with an outcome and replayed byte for byte:
@@ -256,7 +260,7 @@ FROM orders WHERE user_id = $1 AND idempotency_key = $2`, userID, key), &o, &sta
 	}
 
 	out := Outcome{UserID: userID, IdempotencyKey: key}
-	err = q.QueryRow(ctx, `SELECT request_fingerprint, outcome, product_id, quantity, response_status, response_body, created_at
+	err = q.QueryRow(ctx, `SELECT request_fingerprint, outcome, COALESCE(product_id, ''), quantity, response_status, response_body, created_at
 FROM request_outcomes WHERE user_id = $1 AND idempotency_key = $2`, userID, key).
 		Scan(&out.Fingerprint, &out.Kind, &out.ProductID, &out.Quantity, &out.ResponseStatus, &out.ResponseBody, &out.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -118,19 +118,36 @@ func sources(to Status) []Status {
 
 // Order is one row of the orders table.
 type Order struct {
-	ID             string
-	UserID         string
-	ProductID      string
+	ID     string
+	UserID string
+	// ProductID is the product of a one-line order, "" for a cart.
+	ProductID string
+	// Quantity is the units of every line.
 	Quantity       int64
 	AmountCents    int64
 	IdempotencyKey string
 	// Fingerprint is the request fingerprint the order was placed with.
 	Fingerprint string
 	Status      Status
-	// Fence is the fencing token the stock decrement carried.
+	// Fence is the fencing token the stock decrement carried (of a cart,
+	// its first line's).
 	Fence     int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Lines are the order's products, sorted by id: where its stock lives.
+	// GetOrder and a new cart's outcome fill them in; other reads leave
+	// them nil.
+	Lines []Line
+}
+
+// Line is one product of an order: a row of order_lines.
+type Line struct {
+	ProductID string
+	Quantity  int64
+	// AmountCents is the line's price when placed, times its quantity.
+	AmountCents int64
+	// Fence is the token the line's stock decrement carried.
+	Fence int64
 }
 
 // Stock is one row of the product_stock table.
@@ -212,11 +229,43 @@ request_fingerprint, status, fence, created_at, updated_at`
 
 // scanOrder reads orderColumns, then extra destinations.
 func scanOrder(row pgx.Row, o *Order, extra ...any) error {
+	var product *string // NULL for a cart
 	dest := append([]any{
-		&o.ID, &o.UserID, &o.ProductID, &o.Quantity, &o.AmountCents, &o.IdempotencyKey,
+		&o.ID, &o.UserID, &product, &o.Quantity, &o.AmountCents, &o.IdempotencyKey,
 		&o.Fingerprint, &o.Status, &o.Fence, &o.CreatedAt, &o.UpdatedAt,
 	}, extra...)
-	return row.Scan(dest...)
+	err := row.Scan(dest...)
+	if product != nil {
+		o.ProductID = *product
+	}
+	return err
+}
+
+// insertLines writes order lines from column arrays: order ids, product
+// ids, quantities, amounts and fences.
+const insertLines = `INSERT INTO order_lines (order_id, product_id, quantity, amount_cents, fence)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[])`
+
+// orderLines reads the lines of an order, sorted by product.
+func orderLines(ctx context.Context, q pgxQuerier, orderID string) ([]Line, error) {
+	rows, err := q.Query(ctx, `SELECT product_id, quantity, amount_cents, fence FROM order_lines
+WHERE order_id = $1 ORDER BY product_id`, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("store: order lines of %q: %w", orderID, err)
+	}
+	lines, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Line, error) {
+		var l Line
+		return l, r.Scan(&l.ProductID, &l.Quantity, &l.AmountCents, &l.Fence)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: order lines of %q: %w", orderID, err)
+	}
+	return lines, nil
+}
+
+// pgxQuerier runs queries: a pool or a transaction.
+type pgxQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // querier is what the read helpers need: a pool or a transaction.
@@ -230,7 +279,14 @@ func (s *Store) GetOrder(ctx context.Context, orderID string) (Order, error) {
 	if err := checkText("order id", orderID, MaxRefLen); err != nil {
 		return Order{}, err
 	}
-	return getOrder(ctx, s.pool, orderID)
+	o, err := getOrder(ctx, s.pool, orderID)
+	if err != nil {
+		return Order{}, err
+	}
+	if o.Lines, err = orderLines(ctx, s.pool, orderID); err != nil {
+		return Order{}, err
+	}
+	return o, nil
 }
 
 func getOrder(ctx context.Context, q querier, orderID string) (Order, error) {

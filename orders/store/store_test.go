@@ -154,6 +154,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Migrate", func(t *testing.T) { testMigrate(t, srv) })
 	t.Run("PlaceOrder", func(t *testing.T) { testPlaceOrder(t, srv) })
 	t.Run("PlaceBatch", func(t *testing.T) { testPlaceBatch(t, srv) })
+	t.Run("PlaceCart", func(t *testing.T) { testPlaceCart(t, srv) })
 	t.Run("Lookup", func(t *testing.T) { testLookup(t, srv) })
 	t.Run("Products", func(t *testing.T) { testProducts(t, srv) })
 	t.Run("Transitions", func(t *testing.T) { testTransitions(t, srv) })

@@ -68,12 +68,8 @@ RETURNING `+orderColumns, orderID, statusNames(sources(to)), to), &o)
 	switch {
 	case err == nil:
 		if to == StatusCancelled {
-			tag, err := tx.Exec(ctx, `UPDATE product_stock SET available = available + $2 WHERE product_id = $1`, o.ProductID, o.Quantity)
-			if err != nil {
-				return Order{}, false, fmt.Errorf("store: cancel order %q: restock: %w", orderID, err)
-			}
-			if tag.RowsAffected() != 1 {
-				return Order{}, false, fmt.Errorf("store: cancel order %q: restock: product %q has no stock row", orderID, o.ProductID)
+			if err := restock(ctx, tx, []string{orderID}); err != nil {
+				return Order{}, false, fmt.Errorf("store: cancel order %q: %w", orderID, err)
 			}
 		}
 		return o, true, nil
@@ -99,4 +95,27 @@ func statusNames(ss []Status) []string {
 		out[i] = string(s)
 	}
 	return out
+}
+
+// restock gives the lines of the orders back to stock, once: the caller
+// moved the orders to CANCELLED in tx by a conditional update. The stock
+// rows are locked in product order first, the order every placement takes
+// them in, so a restock and a cart never deadlock.
+func restock(ctx context.Context, tx pgx.Tx, orderIDs []string) error {
+	_, err := tx.Exec(ctx, `SELECT 1 FROM product_stock
+WHERE product_id IN (SELECT product_id FROM order_lines WHERE order_id = ANY($1))
+ORDER BY product_id FOR UPDATE`, orderIDs)
+	if err != nil {
+		return fmt.Errorf("restock: lock stock: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE product_stock ps SET available = ps.available + m.quantity
+FROM (SELECT product_id, sum(quantity) AS quantity FROM order_lines WHERE order_id = ANY($1) GROUP BY product_id) m
+WHERE ps.product_id = m.product_id`, orderIDs)
+	if err != nil {
+		return fmt.Errorf("restock: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("restock: the orders %q have no lines", orderIDs)
+	}
+	return nil
 }

@@ -88,13 +88,13 @@ func TestReportCounts(t *testing.T) {
 		{Invariant: watchdog.CheckStuckPaying, Detail: "c"},
 	}}
 	got := rep.Counts()
-	if len(got) != 5 || got[store.InvariantStockBalance] != 2 || got[watchdog.CheckStuckPaying] != 1 || got[store.InvariantNonNegativeStock] != 0 {
+	if len(got) != 6 || got[store.InvariantStockBalance] != 2 || got[watchdog.CheckStuckPaying] != 1 || got[store.InvariantNonNegativeStock] != 0 {
 		t.Fatalf("Counts %v", got)
 	}
 	if rep.Count(store.InvariantStockBalance) != 2 || rep.Count(store.InvariantOneOrderPerKey) != 0 {
 		t.Fatalf("Count")
 	}
-	want := []string{"non_negative_stock", "one_order_per_idempotency_key", "stock_balance", "one_charge_per_payment_request", "stuck_paying"}
+	want := []string{"non_negative_stock", "one_order_per_idempotency_key", "stock_balance", "order_lines_add_up", "one_charge_per_payment_request", "stuck_paying"}
 	if got := watchdog.Checks(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("Checks %q, want the labels deploy/prometheus/alerts.yml reads, %q", got, want)
 	}

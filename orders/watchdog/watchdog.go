@@ -54,6 +54,7 @@ func Checks() []string {
 		store.InvariantNonNegativeStock,
 		store.InvariantOneOrderPerKey,
 		store.InvariantStockBalance,
+		store.InvariantOrderLinesAddUp,
 		store.InvariantOneChargePerPaymentRequest,
 		CheckStuckPaying,
 	}
@@ -272,9 +273,12 @@ func (w *Watchdog) check(ctx context.Context) (Report, error) {
 }
 
 // stuckPayingSQL lists the orders in PAYING whose updated_at is older than
-// $1 seconds by the database's clock, oldest first, with their payment
-// request ids and statuses (orders_status_updated_idx serves the filter).
-const stuckPayingSQL = `SELECT o.order_id, o.user_id, o.product_id, o.updated_at,
+// $1 seconds by the database's clock, oldest first, with their products
+// (a cart's, joined by commas), payment request ids and statuses
+// (orders_status_updated_idx serves the filter).
+const stuckPayingSQL = `SELECT o.order_id, o.user_id,
+       COALESCE(o.product_id, (SELECT string_agg(l.product_id, ',' ORDER BY l.product_id)
+        FROM order_lines l WHERE l.order_id = o.order_id), '') AS product_id, o.updated_at,
        extract(epoch FROM now() - o.updated_at)::bigint AS paying_seconds,
        (SELECT string_agg(p.payment_request_id || ' ' || p.status, ', ' ORDER BY p.payment_request_id)
         FROM payments p WHERE p.order_id = o.order_id) AS payments

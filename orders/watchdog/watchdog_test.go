@@ -271,6 +271,8 @@ func testBroken(t *testing.T, pg *testbed.PostgresNode) {
 SELECT order_id || '_twin', user_id, product_id, quantity, amount_cents, idempotency_key,
     request_fingerprint, status, response_status, response_body, fence
 FROM orders WHERE order_id = $1`, s.created.ID)
+			s.exec(t, `INSERT INTO order_lines SELECT order_id || '_twin', product_id, quantity, amount_cents, fence
+FROM order_lines WHERE order_id = $1`, s.created.ID)
 			// Its stock was taken too, so only the key is wrong.
 			s.exec(t, `UPDATE product_stock SET available = available - $2 WHERE product_id = $1`, s.created.ProductID, s.created.Quantity)
 		}, func(s *shop) []string {
@@ -285,6 +287,12 @@ FROM orders WHERE order_id = $1`, s.created.ID)
 				"product_id=42 stocked=20 available=18 held=3 difference=1",
 				"product_id=7 stocked=3 available=1 held=1 difference=-1",
 			}
+		}},
+		{"OrderLinesDisagree", store.InvariantOrderLinesAddUp, func(t *testing.T, s *shop) {
+			s.exec(t, `UPDATE order_lines SET amount_cents = amount_cents + 1 WHERE order_id = $1`, s.created.ID)
+		}, func(s *shop) []string {
+			return []string{fmt.Sprintf(`order_id=%s product_id=42 quantity=2 amount_cents=%d line_units=2 line_amount=%d lines=1`,
+				s.created.ID, s.created.AmountCents, s.created.AmountCents+1)}
 		}},
 		{"SecondSuccessfulCharge", store.InvariantOneChargePerPaymentRequest, func(t *testing.T, s *shop) {
 			s.exec(t, `INSERT INTO payments (payment_request_id, order_id, amount_cents, status, provider_ref)
