@@ -3,6 +3,7 @@ package orders
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
@@ -35,18 +36,12 @@ func (s *Service) lockedBatch(ctx context.Context, product string, batch []*tick
 	log := placeLog{batch: len(batch)}
 	// An unknown product gets no lock and no fence: bad input writes
 	// nothing. One read per product, not per order.
-	if err := s.checkProduct(ctx, product); err != nil {
-		a := answer{kind: kindUnknownProduct, product: product}
-		log.result = "unknown_product"
-		if !errors.Is(err, store.ErrNotFound) {
-			s.log.Error("read stock", "err", err)
-			a = answer{kind: kindUnavailable, detail: "the order database is unavailable", wait: s.retry}
-			log.result = "error"
-		}
-		return s.allFail(batch, log, a)
+	if u, bad := s.unknown(ctx, product); bad {
+		log.result = u.result
+		return s.allFail(batch, log, u.answer)
 	}
 	for {
-		lease, fail := s.lockStock(ctx, product, &log)
+		lease, fail := s.lockStock(ctx, []string{stockKey(product)}, len(batch), &log)
 		if fail != nil {
 			return s.allFail(batch, log, *fail)
 		}
@@ -94,20 +89,21 @@ func (s *Service) allFail(batch []*ticket, log placeLog, a answer) []placed {
 	return out
 }
 
-// lockStock takes product's stock lock, noting it in log. It returns the
-// lease; no lease and no answer when the lock is out of reach and Postgres
-// arbitrates alone (FallbackDB); or the answer that nothing was written.
-func (s *Service) lockStock(ctx context.Context, product string, log *placeLog) (Lease, *answer) {
-	key := stockKey(product)
+// lockStock takes the stock lock of keys for n requests, noting it in log.
+// It returns the lease; no lease and no answer when the lock is out of
+// reach and Postgres arbitrates alone (FallbackDB); or the answer that
+// nothing was written.
+func (s *Service) lockStock(ctx context.Context, keys []string, n int, log *placeLog) (Lease, *answer) {
+	key := strings.Join(keys, ",")
 	if s.fallback == FallbackDB && time.Now().UnixNano() < s.lockDown.Load() {
 		// The lock was out of reach moments ago: Postgres arbitrates
 		// without waiting for it again until the next probe.
-		s.metrics.fallback(string(FallbackDB))
+		s.metrics.fallback(string(FallbackDB), n)
 		log.fallback = string(FallbackDB)
 		return nil, nil
 	}
 	start := time.Now()
-	lease, err := s.locker.Lock(ctx, key)
+	lease, err := s.locker.Lock(ctx, keys...)
 	log.lock = &lockLog{key: key, acquire: time.Since(start)}
 	unavailable := func(result, detail string) (Lease, *answer) {
 		log.result = result
@@ -129,12 +125,12 @@ func (s *Service) lockStock(ctx context.Context, product string, log *placeLog) 
 		s.log.Error("stock lock: fence unavailable", "key", key, "err", err)
 		return unavailable("error", "the order database is unavailable")
 	case s.fallback == FallbackReject:
-		s.metrics.fallback(string(FallbackReject))
+		s.metrics.fallback(string(FallbackReject), n)
 		log.fallback = string(FallbackReject)
 		s.log.Warn("stock lock unavailable; rejecting", "key", key, "err", err)
 		return unavailable("lock_unavailable", "the stock lock is unavailable")
 	}
-	s.metrics.fallback(string(FallbackDB))
+	s.metrics.fallback(string(FallbackDB), n)
 	log.fallback = string(FallbackDB)
 	s.lockDown.Store(time.Now().Add(lockProbe).UnixNano())
 	s.log.Warn("stock lock quorum unavailable; Postgres arbitrates", "key", key, "err", err, "probe_in", lockProbe)

@@ -34,14 +34,14 @@ type gateLocker struct {
 	hook    func(n int32, l orders.Lease)
 }
 
-func (g *gateLocker) Lock(ctx context.Context, key string) (orders.Lease, error) {
+func (g *gateLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
 	g.arrived.Add(1)
 	select {
 	case <-g.open:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	l, err := g.inner.Lock(ctx, key)
+	l, err := g.inner.Lock(ctx, keys...)
 	if err == nil {
 		n := g.leases.Add(1)
 		if g.hook != nil {

@@ -64,8 +64,13 @@ func (s *Service) create(ctx context.Context, user string, key request.Key, o re
 	// would take the request over while it still runs.
 	pctx, cancel := context.WithTimeout(ctx, s.budget())
 	defer cancel()
-	p := s.place(pctx, o.ProductID, store.OrderRequest{UserID: user, IdempotencyKey: key, Fingerprint: fp,
-		Quantity: int64(o.Quantity), OrderID: id})
+	req := store.OrderRequest{UserID: user, IdempotencyKey: key, Fingerprint: fp, Quantity: int64(o.Units()), OrderID: id}
+	var p placed
+	if o.IsCart() {
+		p = s.placeCart(pctx, o.Items, req)
+	} else {
+		p = s.place(pctx, o.ProductID, req)
+	}
 	rl.place, rl.verdict = p.log, p.v
 	return p.a, rl
 }

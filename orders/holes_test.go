@@ -20,8 +20,8 @@ import (
 // quorum.Locker whose Fencer's database is down answers.
 type fenceFailingLocker struct{}
 
-func (fenceFailingLocker) Lock(ctx context.Context, key string) (orders.Lease, error) {
-	return nil, fmt.Errorf("quorum: lock %q: fence: %w", key, errors.New("fencing: next token: connection refused"))
+func (fenceFailingLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
+	return nil, fmt.Errorf("quorum: lock %q: fence: %w", keys, errors.New("fencing: next token: connection refused"))
 }
 
 // A fence the database could not issue is an outage of the database, not
@@ -45,8 +45,8 @@ func TestFenceFailureIsNotBusy(t *testing.T) {
 
 type notAcquiredLocker struct{}
 
-func (notAcquiredLocker) Lock(ctx context.Context, key string) (orders.Lease, error) {
-	return nil, fmt.Errorf("lock %q: %w", key, orders.ErrLockBusy)
+func (notAcquiredLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
+	return nil, fmt.Errorf("lock %q: %w", keys, orders.ErrLockBusy)
 }
 
 // A body that cannot be read is a 400 whose detail names no socket

@@ -107,22 +107,28 @@ func reason(err error) string {
 	return err.Error()
 }
 
-// orderView is the JSON form of an order.
+// orderView is the JSON form of an order: a single-product order names
+// its product, a cart its items.
 type orderView struct {
-	OrderID     string    `json:"orderId"`
-	Status      string    `json:"status"`
-	ProductID   string    `json:"productId"`
-	Quantity    int64     `json:"quantity"`
-	AmountCents int64     `json:"amountCents"`
-	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
+	OrderID     string     `json:"orderId"`
+	Status      string     `json:"status"`
+	ProductID   string     `json:"productId,omitempty"`
+	Quantity    int64      `json:"quantity"`
+	AmountCents int64      `json:"amountCents"`
+	Items       []itemView `json:"items,omitempty"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
 }
 
 func viewOf(o store.Order) orderView {
-	return orderView{
+	v := orderView{
 		OrderID: o.ID, Status: string(o.Status), ProductID: o.ProductID, Quantity: o.Quantity,
 		AmountCents: o.AmountCents, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(),
 	}
+	if o.ProductID == "" {
+		v.Items = itemsOf(o.Lines)
+	}
+	return v
 }
 
 func orderReply(status int, o store.Order) Reply {
@@ -159,8 +165,8 @@ func (s *Service) handleCancel(ctx context.Context, user string, r *http.Request
 		return *bad
 	}
 	o, err := s.store.Cancel(ctx, r.PathValue("id"))
-	if err == nil {
-		s.Restocked(o.ProductID)
+	for _, l := range o.Lines { // none unless this call gave them back
+		s.Restocked(l.ProductID)
 	}
 	return s.transitionReply(o, err)
 }

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Locker takes the stock lock of a product. The service knows a lock only
-// through this interface and its sentinels: an adapter maps each backend's
-// errors to them (QuorumLocker for the quorum package).
+// Locker takes the stock locks of products: one key, or several at once
+// for a cart, all or nothing (a caller never holds some keys while it
+// waits for others, so carts that share products cannot deadlock). The
+// service knows a lock only through this interface and its sentinels: an
+// adapter maps each backend's errors to them (QuorumLocker for the quorum
+// package).
 //
 // Lock's error matches ErrLockBusy when another request holds the lock past
 // the wait, ErrLockUnavailable when the lock service cannot decide (no
@@ -19,14 +23,15 @@ import (
 // anything else (say, a fence that could not be read) is an error of the
 // database behind the fence.
 type Locker interface {
-	Lock(ctx context.Context, key string) (Lease, error)
+	Lock(ctx context.Context, keys ...string) (Lease, error)
 }
 
-// Lease is a held stock lock.
+// Lease is a held stock lock on one key or more.
 type Lease interface {
-	// Fence is the lease's fence token for its key (> 0): reserved, to be
-	// taken by the order transaction (see fencing.Reserver).
-	Fence() int64
+	// FenceOf is the lease's fence token for one of its keys (> 0):
+	// reserved, to be taken by the order transaction (see
+	// fencing.Reserver).
+	FenceOf(key string) int64
 	// Unlock releases the lock. Its error matches ErrLockLost when the
 	// lock had expired or been taken over, or ErrUnlockUnconfirmed when the
 	// release was not confirmed in time (the lock then expires by itself).
@@ -38,10 +43,12 @@ type Lease interface {
 
 // LeaseDetail describes a lease for the logs.
 type LeaseDetail struct {
+	// Key is the key, or a multi-key lease's keys joined by commas.
 	Key string
 	// TokenDigest names the token (quorum.TokenDigest), not the token.
 	TokenDigest string
-	Fence       int64
+	// Fence is the first key's fence.
+	Fence int64
 	// Until is the end of the lease's validity (monotonic).
 	Until time.Time
 }
@@ -68,8 +75,8 @@ func QuorumLocker(l *quorum.Locker) Locker { return quorumLocker{l} }
 
 type quorumLocker struct{ l *quorum.Locker }
 
-func (q quorumLocker) Lock(ctx context.Context, key string) (Lease, error) {
-	lease, err := q.l.Lock(ctx, key)
+func (q quorumLocker) Lock(ctx context.Context, keys ...string) (Lease, error) {
+	lease, err := q.l.LockMulti(ctx, keys...)
 	switch {
 	case err == nil:
 		return quorumLease{lease}, nil
@@ -83,7 +90,7 @@ func (q quorumLocker) Lock(ctx context.Context, key string) (Lease, error) {
 
 type quorumLease struct{ l *quorum.Lease }
 
-func (q quorumLease) Fence() int64 { return q.l.Fence() }
+func (q quorumLease) FenceOf(key string) int64 { return q.l.FenceOf(key) }
 
 func (q quorumLease) Unlock(ctx context.Context) error {
 	err := q.l.Unlock(ctx)
@@ -99,7 +106,7 @@ func (q quorumLease) Unlock(ctx context.Context) error {
 }
 
 func (q quorumLease) Detail() LeaseDetail {
-	return LeaseDetail{Key: q.l.Key(), TokenDigest: q.l.TokenDigest(), Fence: q.l.Fence(), Until: q.l.Until()}
+	return LeaseDetail{Key: strings.Join(q.l.Keys(), ","), TokenDigest: q.l.TokenDigest(), Fence: q.l.Fence(), Until: q.l.Until()}
 }
 
 // Fallback says what the service does when the lock cannot be taken.

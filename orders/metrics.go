@@ -92,9 +92,10 @@ func (m *Metrics) batch(n int) {
 	}
 }
 
-func (m *Metrics) fallback(mode string) {
+// fallback counts n requests that could not take the stock lock.
+func (m *Metrics) fallback(mode string, n int) {
 	if m != nil {
-		m.fallbacks.WithLabelValues(mode).Inc()
+		m.fallbacks.WithLabelValues(mode).Add(float64(n))
 	}
 }
 

@@ -61,10 +61,19 @@ func (s *Service) place(ctx context.Context, productID string, req store.OrderRe
 }
 
 // placeAlone runs one order's own transaction, Postgres arbitrating alone,
-// once a place is free among the placements under way (one per pool
-// connection); a request that finds none within the queue wait, or finds
-// the queue limit reached, is answered 503, having written nothing.
+// once admitted.
 func (s *Service) placeAlone(ctx context.Context, productID string, req store.OrderRequest) placed {
+	return s.admit(ctx, func(log placeLog) placed {
+		res := s.transact(ctx, productID, []store.OrderRequest{req}, nil, &log)
+		return s.outcome(ctx, productID, req, res[0], log)
+	})
+}
+
+// admit runs place once a place is free among the placements under way
+// (one per pool connection); a request that finds none within the queue
+// wait, or finds the queue limit reached, is answered 503, having written
+// nothing.
+func (s *Service) admit(ctx context.Context, place func(placeLog) placed) placed {
 	start := time.Now()
 	if s.waiting.Add(1) > int64(s.queueLimit) {
 		s.waiting.Add(-1)
@@ -85,9 +94,7 @@ func (s *Service) placeAlone(ctx context.Context, productID string, req store.Or
 		return gone
 	}
 	defer func() { <-s.admitted }()
-	log := placeLog{batch: 1, queued: time.Since(start)}
-	res := s.transact(ctx, productID, []store.OrderRequest{req}, nil, &log)
-	return s.outcome(ctx, productID, req, res[0], log)
+	return place(placeLog{batch: 1, queued: time.Since(start)})
 }
 
 // unplaced is the 503 of a request that wrote nothing.
@@ -109,7 +116,7 @@ type txResult struct {
 func (s *Service) transact(ctx context.Context, productID string, reqs []store.OrderRequest, lease Lease, log *placeLog) []txResult {
 	b := store.Batch{ProductID: productID, Orders: reqs, FenceKey: stockKey(productID), Snapshot: snapshot}
 	if lease != nil {
-		b.Fence = lease.Fence()
+		b.Fence = lease.FenceOf(b.FenceKey)
 	}
 	log.attempts++
 	res, err := s.store.PlaceBatch(ctx, b)

@@ -3,6 +3,8 @@ package orders
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/orders/idem"
@@ -38,7 +40,7 @@ func (s *Service) logRequest(ctx context.Context, rl requestLog, user string, ke
 	attrs = append(attrs,
 		slog.String("user", user),
 		slog.String("idempotency_key", key.String()),
-		slog.String("product_id", o.ProductID),
+		productAttr(o),
 		slog.Int("status", r.Status),
 		slog.String("idempotency", rl.idem),
 	)
@@ -83,4 +85,22 @@ func lockAttrs(l *lockLog) []any {
 		lock = append(lock, slog.Duration("remaining", l.remaining), slog.String("unlock", l.unlock))
 	}
 	return lock
+}
+
+// productAttr names what the order buys: product_id, or a cart's items as
+// "id x quantity" pairs ("7x2,42x1").
+func productAttr(o request.Order) slog.Attr {
+	if !o.IsCart() {
+		return slog.String("product_id", o.ProductID)
+	}
+	var b strings.Builder
+	for i, l := range o.Items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(l.ProductID)
+		b.WriteByte('x')
+		b.WriteString(strconv.Itoa(l.Quantity))
+	}
+	return slog.String("items", b.String())
 }

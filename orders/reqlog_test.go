@@ -49,8 +49,8 @@ type tokenLocker struct {
 	tokens []string
 }
 
-func (r *tokenLocker) Lock(ctx context.Context, key string) (orders.Lease, error) {
-	lease, err := r.l.Lock(ctx, key)
+func (r *tokenLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
+	lease, err := r.l.LockMulti(ctx, keys...)
 	if err != nil {
 		return nil, err
 	}

@@ -77,10 +77,12 @@ func (h housekeeping) expireUnpaid(ctx context.Context) {
 			return
 		}
 		for _, o := range got {
-			h.log.Info("unpaid order expired; stock returned", "order_id", o.ID, "product_id", o.ProductID, "quantity", o.Quantity)
-			if !restocked[o.ProductID] {
-				restocked[o.ProductID] = true
-				h.svc.Restocked(o.ProductID)
+			h.log.Info("unpaid order expired; stock returned", "order_id", o.ID, "lines", len(o.Lines), "quantity", o.Quantity)
+			for _, l := range o.Lines {
+				if !restocked[l.ProductID] {
+					restocked[l.ProductID] = true
+					h.svc.Restocked(l.ProductID)
+				}
 			}
 		}
 		if len(got) < batch {

@@ -48,6 +48,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -347,6 +348,26 @@ func OutOfStock(productID string, quantity int) Problem {
 		fmt.Sprintf("not enough stock of product %q for quantity %d", productID, quantity)).
 		With("productId", productID).
 		With("quantity", quantity)
+}
+
+// ShortItem is a line of a cart that the stock cannot cover.
+type ShortItem struct {
+	ProductID string `json:"productId"`
+	Quantity  int64  `json:"quantity"`
+	Available int64  `json:"available"`
+}
+
+// CartOutOfStock is a 409 for a cart some of whose lines the stock cannot
+// cover: nothing of the cart was sold. It carries the member "shortItems",
+// the lines that are short, each with the units still available.
+func CartOutOfStock(short []ShortItem) Problem {
+	names := make([]string, len(short))
+	for i, it := range short {
+		names[i] = fmt.Sprintf("product %q (quantity %d, %d available)", it.ProductID, it.Quantity, it.Available)
+	}
+	return New(http.StatusConflict, CodeOutOfStock, "Out of stock",
+		fmt.Sprintf("not enough stock for %d of the cart's lines: %s; nothing was sold", len(short), strings.Join(names, ", "))).
+		With("shortItems", short)
 }
 
 // UnknownProduct is a 422 for a request that names a product that does not

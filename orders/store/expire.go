@@ -25,7 +25,8 @@ const MaxExpireBatch = 1000
 // LOCKED, so reapers on several instances never take the same order, and
 // moved by a conditional update (status unchanged), so an order paid or
 // cancelled meanwhile is left alone and no quantity comes back twice. It
-// returns the orders it cancelled. limit is 1 to [MaxExpireBatch].
+// returns the orders it cancelled, with their lines. limit is 1 to
+// [MaxExpireBatch].
 func (s *Store) ExpireOrders(ctx context.Context, hold time.Duration, limit int) ([]Order, error) {
 	if hold <= 0 {
 		return nil, fmt.Errorf("%w: hold %v must be positive", ErrInvalid, hold)
@@ -66,8 +67,12 @@ RETURNING `+qualified("o.", orderColumns), StatusCreated, hold.Seconds(), limit,
 	for i, o := range out {
 		ids[i] = o.ID
 	}
-	if err := restock(ctx, tx, ids); err != nil {
+	lines, err := restock(ctx, tx, ids)
+	if err != nil {
 		return nil, fmt.Errorf("store: expire orders: %w", err)
+	}
+	for i := range out {
+		out[i].Lines = lines[out[i].ID]
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("store: expire orders: commit: %w", err)

@@ -135,8 +135,8 @@ type Order struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// Lines are the order's products, sorted by id: where its stock lives.
-	// GetOrder and a new cart's outcome fill them in; other reads leave
-	// them nil.
+	// GetOrder, Cancel, ExpireOrders and a new cart's outcome fill them
+	// in; other reads leave them nil.
 	Lines []Line
 }
 

@@ -68,9 +68,11 @@ RETURNING `+orderColumns, orderID, statusNames(sources(to)), to), &o)
 	switch {
 	case err == nil:
 		if to == StatusCancelled {
-			if err := restock(ctx, tx, []string{orderID}); err != nil {
+			lines, err := restock(ctx, tx, []string{orderID})
+			if err != nil {
 				return Order{}, false, fmt.Errorf("store: cancel order %q: %w", orderID, err)
 			}
+			o.Lines = lines[orderID]
 		}
 		return o, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
@@ -100,22 +102,38 @@ func statusNames(ss []Status) []string {
 // restock gives the lines of the orders back to stock, once: the caller
 // moved the orders to CANCELLED in tx by a conditional update. The stock
 // rows are locked in product order first, the order every placement takes
-// them in, so a restock and a cart never deadlock.
-func restock(ctx context.Context, tx pgx.Tx, orderIDs []string) error {
-	_, err := tx.Exec(ctx, `SELECT 1 FROM product_stock
+// them in, so a restock and a cart never deadlock. It returns the lines
+// it gave back, by order.
+func restock(ctx context.Context, tx pgx.Tx, orderIDs []string) (map[string][]Line, error) {
+	rows, err := tx.Query(ctx, `SELECT order_id, product_id, quantity, amount_cents, fence FROM order_lines
+WHERE order_id = ANY($1) ORDER BY order_id, product_id`, orderIDs)
+	if err != nil {
+		return nil, fmt.Errorf("restock: read lines: %w", err)
+	}
+	lines := map[string][]Line{}
+	var (
+		id string
+		l  Line
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &l.ProductID, &l.Quantity, &l.AmountCents, &l.Fence}, func() error {
+		lines[id] = append(lines[id], l)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("restock: read lines: %w", err)
+	}
+	if len(lines) != len(orderIDs) {
+		return nil, fmt.Errorf("restock: %d of the orders %q have no lines", len(orderIDs)-len(lines), orderIDs)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM product_stock
 WHERE product_id IN (SELECT product_id FROM order_lines WHERE order_id = ANY($1))
-ORDER BY product_id FOR UPDATE`, orderIDs)
-	if err != nil {
-		return fmt.Errorf("restock: lock stock: %w", err)
+ORDER BY product_id FOR UPDATE`, orderIDs); err != nil {
+		return nil, fmt.Errorf("restock: lock stock: %w", err)
 	}
-	tag, err := tx.Exec(ctx, `UPDATE product_stock ps SET available = ps.available + m.quantity
+	if _, err := tx.Exec(ctx, `UPDATE product_stock ps SET available = ps.available + m.quantity
 FROM (SELECT product_id, sum(quantity) AS quantity FROM order_lines WHERE order_id = ANY($1) GROUP BY product_id) m
-WHERE ps.product_id = m.product_id`, orderIDs)
-	if err != nil {
-		return fmt.Errorf("restock: %w", err)
+WHERE ps.product_id = m.product_id`, orderIDs); err != nil {
+		return nil, fmt.Errorf("restock: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("restock: the orders %q have no lines", orderIDs)
-	}
-	return nil
+	return lines, nil
 }
