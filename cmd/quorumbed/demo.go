@@ -179,6 +179,9 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 	if err := shipScenario(ctx, b, bins.shipper, env, rows[0].OrderID, out); err != nil {
 		return err
 	}
+	if err := cartScenario(ctx, procs, runTool, b.Postgres.DSN(), out); err != nil {
+		return err
+	}
 	return operatorView(ctx, procs, bins.quorumctl, env, time.Now(), out)
 }
 

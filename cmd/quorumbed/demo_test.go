@@ -263,6 +263,12 @@ func TestDemoOnBed(t *testing.T) {
 	if !strings.Contains(out.String(), "audit: "+strings.Join(audit.Checks(), ", ")+" over 1 order row and 3 answers: no violations\n") {
 		t.Errorf("the audit line does not name its checks and what they covered:\n%s", out.String())
 	}
+	// The cart bought twice at once: one sold whole, one refused naming
+	// both lines, nothing left, nothing sold in part.
+	cart := regexp.MustCompile(`(?s)u200[12] <- 201 .*u200[12] <- 409 .*"shortItems":\[\{"productId":"7","quantity":1,"available":0\},\{"productId":"9","quantity":1,"available":0\}\]`)
+	if !cart.MatchString(out.String()) || !strings.Contains(out.String(), "cart orders in Postgres: 1, stock left: 7=0 9=0\naudit: ") {
+		t.Errorf("the cart part does not show one cart sold and one refused:\n%s", out.String())
+	}
 	// The paid order's event, delivered twice, made one shipment.
 	ship := regexp.MustCompile(`(?s)shipments for the order: (\d+)\n.*the same event added again as entry.*events_consumed_total\{result="duplicate"\} (\d+).*\n  shipments for the order: (\d+)\n`).FindStringSubmatch(out.String())
 	if ship == nil || ship[1] != "1" || ship[2] == "0" || ship[3] != "1" {
@@ -309,12 +315,14 @@ func TestDemoOnBed(t *testing.T) {
 		}
 	}
 	// Every answer is counted where a reader of orders_place_total looks
-	// for it: one order created, two replays, one refused key.
-	wantTotal("POST /orders answers", `outcome="created"`, 1)
+	// for it: two orders created, one cart out of stock, two replays, one
+	// refused key.
+	wantTotal("POST /orders answers", `outcome="created"`, 2)      // the seed's order and one cart
+	wantTotal("POST /orders answers", `outcome="out_of_stock"`, 1) // the other cart
 	wantTotal("POST /orders answers", `outcome="replayed"`, 2)
 	wantTotal("POST /orders answers", `outcome="fingerprint_mismatch"`, 1)
 	wantTotal("fence rejections", `outcome="stale_fence"`, 0)
-	wantTotal("idempotency claims", `outcome="CREATED"`, 1)
+	wantTotal("idempotency claims", `outcome="CREATED"`, 3)
 	wantTotal("fallbacks to Postgres", `mode="db"`, 0)
 	wantTotal("leases lost", "all reasons", 0)
 	wantTotal("failed watchdog rounds", "all rounds", 0)

@@ -9,8 +9,9 @@
 //   - stock never negative, and no product sold beyond its initial stock
 //     (no oversell);
 //   - stock balance: per product, the stock taken (initial minus final)
-//     equals what the live (not cancelled) orders hold, so no decrement was
-//     lost or doubled; every ordered product was stocked by the run;
+//     equals what the live (not cancelled) orders' lines hold (a cart holds
+//     one line per product), so no decrement was lost or doubled, and no
+//     cart was sold in part; every ordered product was stocked by the run;
 //   - every final answer (a 201 or a saved 409) to one (user, key) is the
 //     same, and every 201 names an order row of that same user and key.
 //
@@ -54,10 +55,29 @@ type OrderRow struct {
 	OrderID        string
 	UserID         string
 	IdempotencyKey string
-	ProductID      string
-	Quantity       int64
+	// ProductID and Quantity are a single-product order's line; a cart
+	// has Lines instead (ProductID "").
+	ProductID string
+	Quantity  int64
+	// Lines are the order's products (order_lines); when empty, the order
+	// is the one line ProductID and Quantity name.
+	Lines []Line
 	// Status is the order's state; CANCELLED orders gave their stock back.
 	Status string
+}
+
+// Line is one product of an order and its units.
+type Line struct {
+	ProductID string
+	Quantity  int64
+}
+
+// lines returns the order's lines.
+func (o OrderRow) lines() []Line {
+	if len(o.Lines) > 0 {
+		return o.Lines
+	}
+	return []Line{{ProductID: o.ProductID, Quantity: o.Quantity}}
 }
 
 // Response is what one client got for one POST /orders.
@@ -150,7 +170,9 @@ func Orders(stock map[string]Stock, rows []OrderRow, responses []Response) Repor
 		perKey[k] = append(perKey[k], o.OrderID)
 		byID[o.OrderID] = o
 		if o.Status != "CANCELLED" {
-			taken[o.ProductID] += o.Quantity
+			for _, l := range o.lines() {
+				taken[l.ProductID] += l.Quantity
+			}
 		}
 	}
 	for _, k := range sortedKeys(perKey, ukeyCmp) {

@@ -68,6 +68,17 @@ func TestOrdersCatchesViolations(t *testing.T) {
 		{"unstocked product", audit.CheckStockBalance, func(_ map[string]audit.Stock, rows *[]audit.OrderRow, _ *[]audit.Response) {
 			*rows = append(*rows, audit.OrderRow{OrderID: "o3", UserID: "u3", IdempotencyKey: "k", ProductID: "43", Quantity: 1})
 		}},
+		{"a cart sold in part", audit.CheckStockBalance, func(s map[string]audit.Stock, rows *[]audit.OrderRow, _ *[]audit.Response) {
+			*rows = append(*rows, audit.OrderRow{OrderID: "c1", UserID: "u4", IdempotencyKey: "k", Quantity: 2,
+				Lines: []audit.Line{{ProductID: "7", Quantity: 1}, {ProductID: "8", Quantity: 1}}})
+			s["7"] = audit.Stock{Initial: 1, Final: 0}
+			s["8"] = audit.Stock{Initial: 1, Final: 1} // the cart's second line never took its unit
+		}},
+		{"a cart's line oversold", audit.CheckNoOversell, func(s map[string]audit.Stock, rows *[]audit.OrderRow, _ *[]audit.Response) {
+			*rows = append(*rows, audit.OrderRow{OrderID: "c1", UserID: "u4", IdempotencyKey: "k", Quantity: 2,
+				Lines: []audit.Line{{ProductID: "42", Quantity: 1}, {ProductID: "8", Quantity: 1}}})
+			s["8"] = audit.Stock{Initial: 1, Final: 0}
+		}},
 		{"different answers", audit.CheckSameAnswer, func(_ map[string]audit.Stock, _ *[]audit.OrderRow, resps *[]audit.Response) {
 			(*resps)[1].Body = `{"orderId":"o1","status":"PAID"}`
 		}},
@@ -100,6 +111,20 @@ func TestOrdersCatchesViolations(t *testing.T) {
 		if !covered[c] {
 			t.Errorf("check %s has no negative control", c)
 		}
+	}
+}
+
+// A cart's lines are counted per product: two carts and a single order
+// that together take the stock balance.
+func TestOrdersCountsCartLines(t *testing.T) {
+	stock := map[string]audit.Stock{"1": {Initial: 3, Final: 0}, "2": {Initial: 2, Final: 1}}
+	rows := []audit.OrderRow{
+		{OrderID: "a", UserID: "u1", IdempotencyKey: "k", Quantity: 2, Lines: []audit.Line{{ProductID: "1", Quantity: 1}, {ProductID: "2", Quantity: 1}}, Status: "PAID"},
+		{OrderID: "b", UserID: "u2", IdempotencyKey: "k", Quantity: 2, Lines: []audit.Line{{ProductID: "1", Quantity: 1}, {ProductID: "2", Quantity: 1}}, Status: "CANCELLED"},
+		{OrderID: "c", UserID: "u3", IdempotencyKey: "k", ProductID: "1", Quantity: 2, Status: "CREATED"},
+	}
+	if r := audit.Orders(stock, rows, nil); !r.OK() {
+		t.Fatalf("a balanced run with carts judged %v", r)
 	}
 }
 
