@@ -14,6 +14,13 @@ func TestParse(t *testing.T) {
 	if got := o.selected(); len(got) != 2 || got[0].Name != "client-pause" || got[1].Name != "clock-jump" || o.seed != 7 {
 		t.Fatalf("selected %v, seed %d", got, o.seed)
 	}
+	o, err = parse([]string{"-only", "carts"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.selected(); len(got) != 1 || !got[0].Carts {
+		t.Fatalf("-only carts selected %v", got)
+	}
 	o, err = parse([]string{"-short"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

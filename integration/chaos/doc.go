@@ -15,6 +15,19 @@
 // row refuses every holder older than the last one that read it; in the
 // unfenced run (the negative control) both are plain statements.
 //
+// The carts scenario runs another loop: each round takes one lease on 2 or
+// 3 of 4 product keys (quorum's LockMulti, the keys named in a random
+// order), reads every product's row (a Claim with the fence of that row's
+// own key, Lease.FenceOf), holds, and writes every row in one transaction:
+// a conditional decrement computed from the value read, fenced or plain,
+// a line per row (its value before and after, under the row lock) and a
+// ledger entry for the cart. One product is scarce, so once it is sold out
+// the carts that name it are refused in the middle of their transaction.
+// Its checker also requires, per product, that the final stock is the
+// initial stock less the units of the committed carts that name it, and
+// that every committed cart took exactly its units off every one of its
+// rows.
+//
 // Every worker prints each operation's call and return as one JSON line on
 // its standard output; the parent records them with the faults, and the
 // checker counts lost updates, overlapping leases, accepted stale fences

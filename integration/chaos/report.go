@@ -34,6 +34,9 @@ func Verdict(p Pair) []string {
 		if f.Rejected == 0 {
 			bad = append(bad, "with fencing: no stale write was rejected, so no late write was staged")
 		}
+		if sc.Carts && u.Torn == 0 {
+			bad = append(bad, "negative control: every unfenced cart took exactly its units off its rows, so the cart check did not bite")
+		}
 	}
 	if sc.DoubleGrant != nil {
 		n := f.Overlaps + u.Overlaps
@@ -70,6 +73,14 @@ func WriteMarkdown(w io.Writer, pairs []Pair, header string) error {
 			f.ViolationCount(), f.Lost, f.StaleAccepted, f.Linearizable, f.Rejected, f.Overlaps)
 		without := fmt.Sprintf("**%d** (lost %d, stale accepted %d); %d double grants",
 			u.ViolationCount(), u.Lost, u.StaleAccepted, u.Overlaps)
+		if p.Scenario.Carts {
+			ops = fmt.Sprintf("%d faults; %d + %d leases; %d + %d carts committed, %d + %d rejected by the fence, %d + %d refused for stock",
+				f.Injected+u.Injected, f.Locks, u.Locks, f.Accepted, u.Accepted, f.Rejected, u.Rejected, f.Refused, u.Refused)
+			with = fmt.Sprintf("**%d** (units lost %d, torn carts %d, stale accepted %d, linearizable %s); %d stale carts rejected; %d double grants",
+				f.ViolationCount(), f.Lost, f.Torn, f.StaleAccepted, f.Linearizable, f.Rejected, f.Overlaps)
+			without = fmt.Sprintf("**%d** (units lost %d, torn carts %d, stale accepted %d); %d double grants",
+				u.ViolationCount(), u.Lost, u.Torn, u.StaleAccepted, u.Overlaps)
+		}
 		verdict := "pass"
 		if v := Verdict(p); len(v) > 0 {
 			verdict = "FAIL: " + strings.Join(v, "; ")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -100,8 +102,18 @@ type Result struct {
 	// Errors counts operations that failed for another reason.
 	Errors int
 	// Lost counts lost updates (accepted decrements that the final stock
-	// does not show).
+	// does not show). In a cart run it counts units: per product, how far
+	// the final stock is from the initial stock less the units of the
+	// committed carts that name it, summed.
 	Lost int64
+	// Torn counts committed carts that were not applied whole (a product
+	// without its line, a line that did not take exactly the cart's units
+	// off the row as it stood) and carts that left lines without
+	// committing; 0 outside cart runs.
+	Torn int
+	// Refused counts carts a stock condition refused (a product sold out);
+	// their transactions rolled back.
+	Refused int
 	// StaleAccepted counts accepted writes whose fence was not above the
 	// previous accepted write's.
 	StaleAccepted int
@@ -122,14 +134,14 @@ type Result struct {
 }
 
 // ViolationCount is the number of safety violations: every lost update,
-// every accepted stale fence, and one for a history that is not
-// linearizable.
+// every accepted stale fence, every torn cart, and one for a history that
+// is not linearizable.
 func (r Result) ViolationCount() int64 {
 	n := r.Lost
 	if n < 0 {
 		n = -n
 	}
-	n += int64(r.StaleAccepted)
+	n += int64(r.StaleAccepted) + int64(r.Torn)
 	if r.Linearizable == "no" {
 		n++
 	}
@@ -166,7 +178,7 @@ func (r *run) config(id int) WorkerConfig {
 	}
 	return WorkerConfig{ID: id, Redis: addrs, DSN: r.env.bed.Postgres.DSN(), Fenced: r.fenced, Guard: r.sc.Guard,
 		Seed: r.seed, Rounds: 10000, TTL: r.sc.TTL, NodeTimeout: r.sc.TTL / 10,
-		Hold: r.sc.TTL / 10, LongHold: r.sc.TTL * 13 / 10, LongFrac: r.sc.LongFrac}
+		Hold: r.sc.TTL / 10, LongHold: r.sc.TTL * 13 / 10, LongFrac: r.sc.LongFrac, Carts: r.sc.Carts}
 }
 
 // spawn starts a worker in the next free slot.
@@ -214,7 +226,8 @@ func (e *Env) reset(ctx context.Context) error {
 		DROP TABLE IF EXISTS `+stockTable+`, `+writesTable+`;
 		CREATE TABLE `+stockTable+` (product_id text PRIMARY KEY, available bigint NOT NULL, last_fence bigint NOT NULL DEFAULT 0);
 		CREATE TABLE `+writesTable+` (seq bigserial PRIMARY KEY, fence bigint NOT NULL, worker int NOT NULL, read bigint NOT NULL, wrote bigint NOT NULL);
-		INSERT INTO `+stockTable+` (product_id, available) VALUES ('`+product+`', `+fmt.Sprint(InitialStock)+`);`)
+		INSERT INTO `+stockTable+` (product_id, available) VALUES ('`+product+`', `+fmt.Sprint(InitialStock)+`);`+
+		cartSchema())
 	return err
 }
 
@@ -282,15 +295,74 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// judge reads the row and the write log and runs every check.
+// store is what the database holds at the end of a run, per lock key.
+type store struct {
+	// initial is each key's row's starting value.
+	initial map[string]int64
+	// accepted lists the writes each row took, in commit order.
+	accepted []checker.Write
+	// committed counts the rounds whose writes committed.
+	committed int
+	// violations, lost and torn are the workload's own balance checks.
+	violations []string
+	lost       int64
+	torn       int
+}
+
+// judge reads the rows and the write log and runs every check.
 func (e *Env) judge(ctx context.Context, r *run, res *Result) error {
+	read := e.readRegister
+	if r.sc.Carts {
+		read = e.readCarts
+	}
+	st, err := read(ctx)
+	if err != nil {
+		return err
+	}
+	events := r.hist.all()
+	res.History = events
+	holds, ops, counts := digest(events)
+	res.Locks, res.Attempts = counts.locks, counts.attempts
+	res.Accepted, res.Rejected, res.Refused, res.Errors = st.committed, counts.rejected, counts.refused, counts.errors
+	res.Lost, res.Torn = st.lost, st.torn
+	fenc := checker.Fencing(st.accepted)
+	res.StaleAccepted = len(fenc.Violations)
+	res.Overlaps = len(checker.Exclusion(holds).Violations)
+	res.Violations = append(res.Violations, st.violations...)
+	res.Violations = append(res.Violations, fenc.Violations...)
+	res.Linearizable = "-"
+	if r.fenced {
+		res.Linearizable = "yes"
+		for _, k := range slices.Sorted(maps.Keys(st.initial)) {
+			if lin := checker.Linearizable(st.initial[k], ops[k], time.Minute); !lin.OK() {
+				res.Linearizable = "no"
+				for _, v := range lin.Violations {
+					res.Violations = append(res.Violations, k+": "+v)
+				}
+			}
+		}
+	}
+	// The workers saw accepted writes too; a commit that the worker saw
+	// fail can only come from a cancelled commit, which the workload does
+	// not do, so the two counts must agree.
+	if counts.written != st.committed {
+		res.Notes = append(res.Notes, fmt.Sprintf("workers saw %d rounds' writes succeed, the database committed %d", counts.written, st.committed))
+	}
+	if counts.refused > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d carts refused for stock, rolled back whole", counts.refused))
+	}
+	return nil
+}
+
+// readRegister reads the single-key workload's row and write log.
+func (e *Env) readRegister(ctx context.Context) (store, error) {
 	var final int64
 	if err := e.pool.QueryRow(ctx, "SELECT available FROM "+stockTable+" WHERE product_id = $1", product).Scan(&final); err != nil {
-		return err
+		return store{}, err
 	}
 	rows, err := e.pool.Query(ctx, "SELECT fence, worker FROM "+writesTable+" ORDER BY seq")
 	if err != nil {
-		return err
+		return store{}, err
 	}
 	accepted, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (checker.Write, error) {
 		var w checker.Write
@@ -300,56 +372,42 @@ func (e *Env) judge(ctx context.Context, r *run, res *Result) error {
 		return w, err
 	})
 	if err != nil {
-		return err
+		return store{}, err
 	}
-	events := r.hist.all()
-	res.History = events
-	holds, ops, counts := digest(events)
-	res.Locks, res.Attempts = counts.locks, counts.attempts
-	res.Accepted, res.Rejected, res.Errors = len(accepted), counts.rejected, counts.errors
-
-	lost := checker.LostUpdates(InitialStock, final, len(accepted))
-	res.Lost = checker.Lost(InitialStock, final, len(accepted))
-	fenc := checker.Fencing(accepted)
-	res.StaleAccepted = len(fenc.Violations)
-	excl := checker.Exclusion(holds)
-	res.Overlaps = len(excl.Violations)
-	res.Violations = append(res.Violations, lost.Violations...)
-	res.Violations = append(res.Violations, fenc.Violations...)
-	res.Linearizable = "-"
-	if r.fenced {
-		lin := checker.Linearizable(InitialStock, ops, time.Minute)
-		res.Linearizable = "yes"
-		if !lin.OK() {
-			res.Linearizable = "no"
-			res.Violations = append(res.Violations, lin.Violations...)
-		}
-	}
-	// The workers saw accepted writes too; a commit that the worker saw
-	// fail can only come from a cancelled commit, which the workload does
-	// not do, so the two counts must agree.
-	if counts.written != len(accepted) {
-		res.Notes = append(res.Notes, fmt.Sprintf("workers saw %d writes succeed, the log holds %d", counts.written, len(accepted)))
-	}
-	return nil
+	return store{initial: map[string]int64{LockKey: InitialStock}, accepted: accepted, committed: len(accepted),
+		violations: checker.LostUpdates(InitialStock, final, len(accepted)).Violations,
+		lost:       checker.Lost(InitialStock, final, len(accepted))}, nil
 }
 
-type tally struct{ attempts, locks, written, rejected, errors int }
+// tally counts lock calls and leases, and rounds by the answers their
+// reads and writes got (a cart round counts once, whatever its rows).
+type tally struct{ attempts, locks, written, rejected, refused, errors int }
 
 type opKey struct{ worker, round int }
 
-// digest turns events into the leases for the exclusion check and the
-// register operations for porcupine.
-func digest(events []Event) ([]checker.Hold, []checker.RegisterOp, tally) {
+// callKey names one read or write of one key in one round.
+type callKey struct {
+	opKey
+	key, op string
+}
+
+// lease is one granted lease, from the acquire's answer to the unlock call
+// (or the validity end, if earlier).
+type lease struct {
+	from, until, to int64
+	keys            []string
+	fences          []int64
+}
+
+// digest turns events into the leases for the exclusion check (a hold per
+// key of each lease) and each key's register operations for porcupine.
+func digest(events []Event) ([]checker.Hold, map[string][]checker.RegisterOp, tally) {
 	var t tally
-	type lease struct {
-		from, until, to int64
-		fence           int64
-	}
 	leases := map[opKey]*lease{}
-	calls := map[opKey]map[string]Event{}
-	var ops []checker.RegisterOp
 	var order []opKey
+	calls := map[callKey]Event{}
+	ops := map[string][]checker.RegisterOp{}
+	rounds := map[string]map[opKey]bool{}
 	for _, e := range events {
 		k := opKey{e.Worker, e.Round}
 		switch {
@@ -357,64 +415,90 @@ func digest(events []Event) ([]checker.Hold, []checker.RegisterOp, tally) {
 			t.attempts++
 		case e.Op == OpLock && e.Phase == PhaseReturn && e.Result == ResultOK:
 			t.locks++
-			leases[k] = &lease{from: e.At, until: e.Until, fence: e.Fence}
+			keys, fences := e.held()
+			leases[k] = &lease{from: e.At, until: e.Until, keys: keys, fences: fences}
 			order = append(order, k)
 		case e.Op == OpUnlock && e.Phase == PhaseCall:
 			if l := leases[k]; l != nil && l.to == 0 {
 				l.to = e.At
 			}
 		case (e.Op == OpRead || e.Op == OpWrite) && e.Phase == PhaseCall:
-			if calls[k] == nil {
-				calls[k] = map[string]Event{}
-			}
-			calls[k][e.Op] = e
+			calls[callKey{k, e.key(), e.Op}] = e
 		case (e.Op == OpRead || e.Op == OpWrite) && e.Phase == PhaseReturn:
-			call, ok := calls[k][e.Op]
+			ck := callKey{k, e.key(), e.Op}
+			call, ok := calls[ck]
 			if !ok {
 				continue
 			}
-			delete(calls[k], e.Op)
-			op := checker.RegisterOp{Client: e.Worker, Fence: e.Fence, Value: e.Value, Call: call.At, Return: e.At}
-			op.Kind = checker.OpClaim
-			if e.Op == OpWrite {
-				op.Kind = checker.OpWrite
+			delete(calls, ck)
+			countRound(rounds, k, e)
+			if op, ok := registerOp(call, e); ok {
+				ops[e.key()] = append(ops[e.key()], op)
 			}
-			switch e.Result {
-			case ResultOK:
-				op.Outcome = checker.Accepted
-				if e.Op == OpWrite {
-					t.written++
-				}
-			case ResultStale:
-				op.Outcome = checker.Rejected
-				t.rejected++
-			default:
-				op.Outcome = checker.Unknown
-				t.errors++
-			}
-			ops = append(ops, op)
 		}
 	}
 	// Calls that never returned (the worker was killed) may have taken
 	// effect.
-	for _, m := range calls {
-		for _, call := range m {
-			kind := checker.OpClaim
-			if call.Op == OpWrite {
-				kind = checker.OpWrite
-			}
-			ops = append(ops, checker.RegisterOp{Client: call.Worker, Kind: kind, Fence: call.Fence, Value: call.Value, Outcome: checker.Unknown, Call: call.At})
-		}
+	for ck, call := range calls {
+		op, _ := registerOp(call, Event{Result: ResultError})
+		op.Return = 0
+		ops[ck.key] = append(ops[ck.key], op)
 	}
-	holds := make([]checker.Hold, 0, len(order))
+	t.written, t.rejected, t.refused, t.errors = len(rounds[ResultOK]), len(rounds[ResultStale]), len(rounds[ResultRefused]), len(rounds[ResultError])
+	return holdsOf(leases, order), ops, t
+}
+
+// countRound files round k under the answer of one of its reads or
+// writes: written (an accepted write), rejected (a stale fence), refused
+// or error.
+func countRound(rounds map[string]map[opKey]bool, k opKey, e Event) {
+	r := e.Result
+	switch {
+	case r == ResultAborted, r == ResultOK && e.Op != OpWrite:
+		return
+	case r != ResultOK && r != ResultStale && r != ResultRefused:
+		r = ResultError
+	}
+	if rounds[r] == nil {
+		rounds[r] = map[opKey]bool{}
+	}
+	rounds[r][k] = true
+}
+
+// registerOp is the register operation of a read or write call and its
+// answer; false for a write that had no effect by construction (its cart
+// rolled back for another reason: aborted, or refused by a condition).
+func registerOp(call, ret Event) (checker.RegisterOp, bool) {
+	op := checker.RegisterOp{Client: call.Worker, Kind: checker.OpClaim, Fence: call.Fence, Value: ret.Value, Call: call.At, Return: ret.At}
+	if call.Op == OpWrite {
+		op.Kind, op.Value = checker.OpWrite, call.Value
+	}
+	switch ret.Result {
+	case ResultOK:
+		op.Outcome = checker.Accepted
+	case ResultStale:
+		op.Outcome = checker.Rejected
+	case ResultAborted, ResultRefused:
+		return op, false
+	default:
+		op.Value, op.Outcome = call.Value, checker.Unknown
+	}
+	return op, true
+}
+
+// holdsOf turns the leases, in the order granted, into one hold per key.
+func holdsOf(leases map[opKey]*lease, order []opKey) []checker.Hold {
+	var holds []checker.Hold
 	for _, k := range order {
 		l := leases[k]
 		to := l.until
 		if l.to != 0 && l.to < to {
 			to = l.to
 		}
-		holds = append(holds, checker.Hold{Key: LockKey, Holder: fmt.Sprintf("worker%d#%d", k.worker, k.round), Fence: l.fence,
-			From: time.Unix(0, l.from), To: time.Unix(0, to)})
+		for i, key := range l.keys {
+			holds = append(holds, checker.Hold{Key: key, Holder: fmt.Sprintf("worker%d#%d", k.worker, k.round), Fence: l.fences[i],
+				From: time.Unix(0, l.from), To: time.Unix(0, to)})
+		}
 	}
-	return holds, ops, t
+	return holds
 }

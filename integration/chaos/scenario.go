@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,6 +35,9 @@ type Scenario struct {
 	DoubleGrant *bool
 	// Rounds is the number of staged faults, or of nemesis steps.
 	Rounds int
+	// Carts runs the cart workload: each round takes one lease on 2 or 3
+	// of the CartProducts and writes all their rows in one transaction.
+	Carts bool
 
 	drive func(ctx context.Context, r *run) (int, error)
 }
@@ -80,6 +84,10 @@ func Scenarios() []Scenario {
 	s = append(s, Scenario{Name: "clock-jump", Guard: true, TTL: staged, Short: true, Staged: true, DoubleGrant: yes(), Rounds: 2,
 		Faults: "a holder owns exactly 3 nodes (2 cut off from it); one of them jumps its wall clock forward by 2 TTL (LD_PRELOAD shim); guard on",
 		drive:  stagedFault(clockJump)})
+	s = append(s, Scenario{Name: "carts", Carts: true, Short: true, Guard: true, TTL: fast, Staged: true, DoubleGrant: no(), Rounds: 4,
+		Faults: "one lease on 2-3 of 4 product keys (named in varied orders), every row written in one transaction; " +
+			"a holder SIGSTOPped past its TTL until another cart wrote one of its products, while one Redis node at a time is paused or killed and restarted (with or without its data)",
+		drive: cartFaults})
 	return s
 }
 
@@ -121,6 +129,19 @@ func ownWrite(worker, round int) func(Event) bool {
 	}
 }
 
+// wroteOver matches a write answer of another worker with a newer fence on
+// a key the hold h holds: of a cart, an accepted write on one of its
+// products.
+func wroteOver(h Event) func(Event) bool {
+	if len(h.Keys) == 0 {
+		return wroteAfter(h.Worker, h.Fence)
+	}
+	return func(e Event) bool {
+		f, ok := h.fenceOf(e.Key)
+		return ok && e.Op == OpWrite && e.Phase == PhaseReturn && e.Result == ResultOK && e.Worker != h.Worker && e.Fence > f
+	}
+}
+
 // clientPause freezes a holder after its read, keeps it frozen until
 // another worker has written under a newer lease, then thaws it: its write
 // comes late.
@@ -147,9 +168,8 @@ func clientPause(ctx context.Context, r *run) (int, error) {
 			continue
 		}
 		injected++
-		if _, _, ok := r.hist.waitFor(ctx, idx, 10*ttl, wroteAfter(h.Worker, h.Fence)); ok {
-			staged++
-		} else {
+		_, _, over := r.hist.waitFor(ctx, idx, 10*ttl, wroteOver(h))
+		if !over {
 			r.note("no other holder wrote while worker %d was paused", h.Worker)
 		}
 		if err := p.resume(); err != nil {
@@ -158,8 +178,39 @@ func clientPause(ctx context.Context, r *run) (int, error) {
 		if _, j, ok := r.hist.waitFor(ctx, idx, 10*ttl, ownWrite(h.Worker, h.Round)); ok {
 			from = j + 1
 		}
+		if over && r.landed(ctx, h, idx) {
+			staged++
+		}
 	}
 	return injected, ctx.Err()
+}
+
+// landed reports whether the late write of the paused hold h did what the
+// staging needs. For a single key, another holder's write is enough. A
+// cart must have been refused by the fence (fenced), or have committed
+// (unfenced: a cart the scarce product's condition refused overwrote
+// nothing). from is h's index.
+func (r *run) landed(ctx context.Context, h Event, from int) bool {
+	if len(h.Keys) == 0 {
+		return true
+	}
+	own := ownWrite(h.Worker, h.Round)
+	last := h.Keys[len(h.Keys)-1] // the rows answer in key order
+	if _, _, ok := r.hist.waitFor(ctx, from, 10*r.sc.TTL, func(e Event) bool { return own(e) && e.Key == last }); !ok {
+		r.note("worker %d's cart did not answer its write within %v", h.Worker, 10*r.sc.TTL)
+		return false
+	}
+	want := ResultOK
+	if r.fenced {
+		want = ResultStale
+	}
+	e, _, ok := r.hist.waitFor(ctx, from, 0, func(e Event) bool { return own(e) && e.Result != ResultAborted })
+	if !ok || e.Result != want {
+		r.note("worker %d's late cart answered %q, not %q; not counted", h.Worker, e.Result, want)
+		return false
+	}
+	r.note("worker %d's late cart (fences %v) answered %q", h.Worker, h.Fences, e.Result)
+	return true
 }
 
 // wroteYet reports whether the holder of h had called its write before
@@ -205,15 +256,44 @@ func clientKill(ctx context.Context, r *run) (int, error) {
 // nodeFaults runs a seeded nemesis plan of one fault kind on the nodes.
 func nodeFaults(kind nemesis.Kind) func(ctx context.Context, r *run) (int, error) {
 	return func(ctx context.Context, r *run) (int, error) {
-		plan, err := nemesis.Plan(nemesis.PlanOptions{Seed: r.seed, Nodes: len(r.env.bed.Redis), Steps: r.sc.Rounds,
-			Kinds: []nemesis.Kind{kind}, MaxFor: 2 * r.sc.TTL, MaxDelay: r.sc.TTL / 10 * 3 / 2})
-		if err != nil {
-			return 0, err
-		}
-		n := 0
-		err = nemesis.Run(ctx, r.env.bed.Redis, plan, func(nemesis.Step) { n++ })
-		return n, err
+		return runNemesis(ctx, r, r.sc.Rounds, kind)
 	}
+}
+
+// runNemesis runs a seeded plan of steps faults of the given kinds, one
+// node at a time.
+func runNemesis(ctx context.Context, r *run, steps int, kinds ...nemesis.Kind) (int, error) {
+	plan, err := nemesis.Plan(nemesis.PlanOptions{Seed: r.seed, Nodes: len(r.env.bed.Redis), Steps: steps,
+		Kinds: kinds, MaxFor: 2 * r.sc.TTL, MaxDelay: r.sc.TTL / 10 * 3 / 2})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = nemesis.Run(ctx, r.env.bed.Redis, plan, func(nemesis.Step) { n++ })
+	return n, err
+}
+
+// cartFaults pauses holders past their TTL (clientPause, Rounds times)
+// while a nemesis pauses and kills and restarts one Redis node at a time
+// (2*Rounds steps), and returns when both are done.
+func cartFaults(ctx context.Context, r *run) (int, error) {
+	nctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type done struct {
+		n   int
+		err error
+	}
+	nodes := make(chan done, 1)
+	go func() {
+		n, err := runNemesis(nctx, r, 2*r.sc.Rounds, nemesis.Pause, nemesis.KillRestartKeep, nemesis.KillRestartEmpty)
+		nodes <- done{n, err}
+	}()
+	paused, err := clientPause(ctx, r)
+	if err != nil {
+		cancel() // the nemesis heals what it broke and returns
+	}
+	d := <-nodes
+	return paused + d.n, errors.Join(err, d.err)
 }
 
 // partitionFromOne cuts two nodes off from one worker at a time, through

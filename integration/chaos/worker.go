@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,8 @@ type WorkerConfig struct {
 	Hold     time.Duration `json:"hold"`
 	LongHold time.Duration `json:"longHold"`
 	LongFrac float64       `json:"longFrac"`
+	// Carts runs the cart workload (cartRound) instead of the single key.
+	Carts bool `json:"carts,omitempty"`
 }
 
 // Event is one line of a worker's history: the call or the return of one
@@ -72,6 +75,40 @@ type Event struct {
 	Until  int64  `json:"u,omitempty"`
 	Result string `json:"r,omitempty"`
 	Err    string `json:"e,omitempty"`
+	// Key names the lock key a cart's read or write is about (its
+	// product's); empty for the single-key workload, whose key is LockKey.
+	Key string `json:"k,omitempty"`
+	// Keys and Fences are a cart lease's keys, sorted, and the fence of
+	// each (lock answers, holds, unlocks).
+	Keys   []string `json:"ks,omitempty"`
+	Fences []int64  `json:"fs,omitempty"`
+}
+
+// key is the lock key e is about.
+func (e Event) key() string {
+	if e.Key == "" {
+		return LockKey
+	}
+	return e.Key
+}
+
+// held returns the keys of a lock answer, hold or unlock, and the fence of
+// each.
+func (e Event) held() ([]string, []int64) {
+	if len(e.Keys) == 0 {
+		return []string{LockKey}, []int64{e.Fence}
+	}
+	return e.Keys, e.Fences
+}
+
+// fenceOf returns the fence that e, a hold, carries for key, and false
+// when e does not hold key.
+func (e Event) fenceOf(key string) (int64, bool) {
+	keys, fences := e.held()
+	if i := slices.Index(keys, key); i >= 0 && i < len(fences) {
+		return fences[i], true
+	}
+	return 0, false
 }
 
 // Operations and phases of Event.
@@ -88,6 +125,12 @@ const (
 	ResultOK    = "ok"
 	ResultStale = "stale"
 	ResultError = "error"
+	// ResultRefused: a cart's row had fewer units than the cart takes; the
+	// transaction rolled back.
+	ResultRefused = "refused"
+	// ResultAborted: a cart's row whose write was undone, or never made,
+	// because another row of the cart failed: the transaction rolled back.
+	ResultAborted = "aborted"
 )
 
 // MaybeWorker runs a worker and exits the process when the environment
@@ -153,36 +196,58 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	if err != nil {
 		return err
 	}
-	table, err := fencing.NewTable(stockTable, "product_id")
+	rows := stockTable
+	if cfg.Carts {
+		rows = cartStockTable
+	}
+	table, err := fencing.NewTable(rows, "product_id")
 	if err != nil {
 		return err
 	}
-	clients := make([]redis.UniversalClient, len(cfg.Redis))
-	for i, a := range cfg.Redis {
-		c := redis.NewClient(testbed.ClientOptions(a))
-		defer c.Close()
-		clients[i] = c
-	}
-	nodeTimeout := cfg.NodeTimeout
-	if nodeTimeout <= 0 {
-		nodeTimeout = cfg.TTL / 10
-	}
-	l, err := quorum.New(clients, quorum.WithTTL(cfg.TTL), quorum.WithNodeTimeout(nodeTimeout),
-		quorum.WithFencer(issuer), quorum.WithAmnesiaGuard(cfg.Guard), quorum.WithAmnesiaWindow(cfg.TTL),
-		quorum.WithMaxWait(2*cfg.TTL))
+	l, closeLocker, err := newLocker(cfg, issuer)
 	if err != nil {
 		return err
 	}
-	defer l.Close()
+	defer closeLocker()
 	w := &worker{cfg: cfg, out: out, pool: pool, table: table, locker: l,
 		rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID)+1))}
 	for n := 0; n < cfg.Rounds && ctx.Err() == nil; n++ {
 		if !g.wait(ctx) {
 			break
 		}
-		w.round(ctx, n)
+		if cfg.Carts {
+			w.cartRound(ctx, n)
+		} else {
+			w.round(ctx, n)
+		}
 	}
 	return w.err
+}
+
+// newLocker builds the worker's locker on clients of its own; closing it
+// closes the locker, then the clients.
+func newLocker(cfg WorkerConfig, fencer quorum.Fencer) (*quorum.Locker, func(), error) {
+	clients := make([]redis.UniversalClient, len(cfg.Redis))
+	for i, a := range cfg.Redis {
+		clients[i] = redis.NewClient(testbed.ClientOptions(a))
+	}
+	closeClients := func() {
+		for i := len(clients) - 1; i >= 0; i-- {
+			_ = clients[i].Close()
+		}
+	}
+	nodeTimeout := cfg.NodeTimeout
+	if nodeTimeout <= 0 {
+		nodeTimeout = cfg.TTL / 10
+	}
+	l, err := quorum.New(clients, quorum.WithTTL(cfg.TTL), quorum.WithNodeTimeout(nodeTimeout),
+		quorum.WithFencer(fencer), quorum.WithAmnesiaGuard(cfg.Guard), quorum.WithAmnesiaWindow(cfg.TTL),
+		quorum.WithMaxWait(2*cfg.TTL))
+	if err != nil {
+		closeClients()
+		return nil, nil, err
+	}
+	return l, func() { _ = l.Close(); closeClients() }, nil
 }
 
 // gate holds a worker between rounds while it is closed.
@@ -256,6 +321,8 @@ func result(err error) (string, string) {
 		return ResultOK, ""
 	case errors.Is(err, fencing.ErrStaleFence), errors.Is(err, fencing.ErrNotClaimed):
 		return ResultStale, err.Error()
+	case errors.Is(err, fencing.ErrConditionFailed):
+		return ResultRefused, err.Error()
 	default:
 		return ResultError, err.Error()
 	}
@@ -277,14 +344,7 @@ func (w *worker) round(ctx context.Context, n int) {
 	until := time.Now().Add(time.Until(lease.Until())).UnixNano()
 	fence := lease.Fence()
 	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: ResultOK, Fence: fence, Until: until})
-	defer func() {
-		w.emit(Event{Round: n, Op: OpUnlock, Phase: PhaseCall, Fence: fence})
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.TTL)
-		err := lease.Unlock(uctx)
-		cancel()
-		r, msg := result(err)
-		w.emit(Event{Round: n, Op: OpUnlock, Phase: PhaseReturn, Fence: fence, Result: r, Err: msg})
-	}()
+	defer w.unlock(ctx, lease, Event{Round: n, Fence: fence})
 	db, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 
@@ -301,20 +361,41 @@ func (w *worker) round(ctx context.Context, n int) {
 		return
 	}
 
-	hold := w.cfg.Hold
-	if w.cfg.LongFrac > 0 && w.rng.Float64() < w.cfg.LongFrac {
-		hold = w.cfg.LongHold
-	}
-	if hold > 0 {
-		hold = hold/2 + time.Duration(w.rng.Int64N(int64(hold)))
-	}
-	w.emit(Event{Round: n, Op: OpHold, Phase: PhaseCall, Fence: fence, Value: int64(hold), Until: until})
-	_ = wait.Sleep(ctx, hold)
+	w.hold(ctx, Event{Round: n, Fence: fence, Until: until})
 
 	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseCall, Fence: fence, Value: v - 1})
 	err = w.write(db, fence, v)
 	r, msg = result(err)
 	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseReturn, Fence: fence, Value: v - 1, Result: r, Err: msg})
+}
+
+// unlock releases lease at the end of a round; e carries the round and its
+// fences.
+func (w *worker) unlock(ctx context.Context, lease *quorum.Lease, e Event) {
+	e.Op, e.Phase = OpUnlock, PhaseCall
+	w.emit(e)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.TTL)
+	err := lease.Unlock(uctx)
+	cancel()
+	e.Phase = PhaseReturn
+	e.Result, e.Err = result(err)
+	w.emit(e)
+}
+
+// hold waits between the read and the write: Hold, or with probability
+// LongFrac the LongHold meant to outlast the TTL, jittered. e carries the
+// round, its fences and its validity end.
+func (w *worker) hold(ctx context.Context, e Event) {
+	d := w.cfg.Hold
+	if w.cfg.LongFrac > 0 && w.rng.Float64() < w.cfg.LongFrac {
+		d = w.cfg.LongHold
+	}
+	if d > 0 {
+		d = d/2 + time.Duration(w.rng.Int64N(int64(d)))
+	}
+	e.Op, e.Phase, e.Value = OpHold, PhaseCall, int64(d)
+	w.emit(e)
+	_ = wait.Sleep(ctx, d)
 }
 
 // write stores read-1 and logs the write in the same transaction, so the
