@@ -54,23 +54,9 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 	}
 	var proxied []string
 	if len(addrs) == 0 {
-		bed, err := testbed.New(ctx, testbed.Options{Redis: cfg.nodes, AppendFsync: cfg.fsync})
-		if err != nil {
+		if addrs, proxied, err = b.startBed(ctx); err != nil {
 			return nil, err
 		}
-		b.bed = bed
-		for _, n := range bed.Redis {
-			// Brand-new nodes never held a lock: let them vote at once.
-			a := n.Admin()
-			err := quorum.TrustNode(ctx, a)
-			_ = a.Close()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", n.Name(), err)
-			}
-			addrs = append(addrs, n.DirectAddr())
-			proxied = append(proxied, n.Addr())
-		}
-		b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + cfg.fsync
 	}
 	pool := directPool(cfg.scenarios)
 	b.directClients = openClients(addrs, pool)
@@ -97,6 +83,29 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 		}
 	}
 	return b, nil
+}
+
+// startBed starts the test bed of -nodes masters, vouches for them, and
+// returns their direct addresses and those of their fault proxies.
+func (b *bench) startBed(ctx context.Context) (direct, proxied []string, err error) {
+	bed, err := testbed.New(ctx, testbed.Options{Redis: b.cfg.nodes, AppendFsync: b.cfg.fsync})
+	if err != nil {
+		return nil, nil, err
+	}
+	b.bed = bed
+	for _, n := range bed.Redis {
+		// Brand-new nodes never held a lock: let them vote at once.
+		a := n.Admin()
+		err := quorum.TrustNode(ctx, a)
+		_ = a.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", n.Name(), err)
+		}
+		direct = append(direct, n.DirectAddr())
+		proxied = append(proxied, n.Addr())
+	}
+	b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + b.cfg.fsync
+	return direct, proxied, nil
 }
 
 // directPool is the client pool size of the direct and proxied clients:
@@ -242,8 +251,8 @@ func newTallies(cs []contender) []*tally {
 	return ts
 }
 
-// runClean runs a solo or hot scenario on the direct clients, rounds
-// interleaving the contenders.
+// runClean runs a solo, hot or multi scenario on the direct clients,
+// rounds interleaving the contenders.
 func (b *bench) runClean(ctx context.Context, sc scenario) *scenarioRun {
 	cs, skipped := eligible(b.direct, sc)
 	r := &scenarioRun{sc: sc, tallies: newTallies(cs), skipped: skipped}
@@ -256,17 +265,24 @@ func (b *bench) runClean(ctx context.Context, sc scenario) *scenarioRun {
 			c := cs[i]
 			b.progress.Start(fmt.Sprintf("%s r%d %s", sc.name, round+1, c.name))
 			prefix := fmt.Sprintf("lockbench:%s:%s:%s:%d", b.runID, sc.name, c.name, round)
-			var s sample
-			if sc.kind == kindHot {
-				s = measureHot(ctx, c, prefix+":hot", sc.workers, sc.hold, b.cfg.hotDuration, b.cfg.opTimeout)
-			} else {
-				s = measureSolo(ctx, c, keys(prefix, b.cfg.ops), sc.workers, 0, 0)
-			}
-			r.tallies[i].add(s, sc.kind == kindHot)
+			r.tallies[i].add(b.measureClean(ctx, sc, c, prefix, round), sc.contended())
 			b.progress.Done()
 		}
 	}
 	return r
+}
+
+// measureClean measures contender c in one round of a solo, hot or multi
+// scenario, on keys under prefix.
+func (b *bench) measureClean(ctx context.Context, sc scenario, c contender, prefix string, round int) sample {
+	switch sc.kind {
+	case kindHot:
+		return measureHot(ctx, c, prefix+":hot", sc.workers, sc.hold, b.cfg.hotDuration, b.cfg.opTimeout)
+	case kindMulti:
+		return measureMulti(ctx, c, multiLoad{pool: keys(prefix+":multi", sc.pool), keys: sc.keys, workers: sc.workers,
+			duration: b.cfg.hotDuration, opTimeout: b.cfg.opTimeout, seed: b.cfg.seed, round: round})
+	}
+	return measureSolo(ctx, c, keys(prefix, b.cfg.ops), sc.workers, 0, 0)
 }
 
 // runFault runs slow-node or node-down on the proxied clients. Each round

@@ -47,6 +47,10 @@ type contender struct {
 	// wait acquires key, waiting while another worker holds it (the
 	// contended scenarios); nil for a contender that cannot wait.
 	wait func(ctx context.Context, key string) (held, error)
+	// multi acquires every key of keys, waiting while other workers hold
+	// some (the multi scenarios); nil for a contender that cannot wait.
+	// keys is the caller's: multi must not keep it.
+	multi func(ctx context.Context, keys []string) (held, error)
 }
 
 // contenderSet is every contender built on one set of clients, and what
@@ -92,14 +96,13 @@ func newContenders(clients []redis.UniversalClient, cfg config) (*contenderSet, 
 			set.lockers = append(set.lockers, l)
 			c = quorumContender(name, l)
 		case nameRedsync:
-			c = redsyncContender(name, rs, cfg.ttl, false)
+			c = redsyncContender(name, rs, cfg.ttl, cfg.opTimeout, false)
 		case nameRedsyncFF:
-			c = redsyncContender(name, rs, cfg.ttl, true)
+			c = redsyncContender(name, rs, cfg.ttl, cfg.opTimeout, true)
 		case nameSingle:
 			s := newSingleNode(clients[0], cfg.ttl)
-			c = contender{name: name, try: s.tryLock, wait: func(ctx context.Context, key string) (held, error) {
-				return s.lock(ctx, key, contendedMaxWait)
-			}}
+			wait := func(ctx context.Context, key string) (held, error) { return s.lock(ctx, key, contendedMaxWait) }
+			c = contender{name: name, try: s.tryLock, wait: wait, multi: inOrder(wait, cfg.opTimeout)}
 		case nameFloor:
 			c = contender{name: name, try: floor{clients}.round}
 		}
@@ -118,7 +121,8 @@ func (s *contenderSet) close() error {
 }
 
 // quorumContender is a quorum.Locker: TryLock when uncontended, Lock (its
-// own retries, bounded by WithMaxWait) when contended.
+// own retries, bounded by WithMaxWait) when contended, and LockMulti (one
+// lease of every key, all or nothing per node) for several keys.
 func quorumContender(name string, l *quorum.Locker) contender {
 	lease := func(le *quorum.Lease, err error) (held, error) {
 		if err != nil {
@@ -130,12 +134,17 @@ func quorumContender(name string, l *quorum.Locker) contender {
 		name: name,
 		try:  func(ctx context.Context, key string) (held, error) { return lease(l.TryLock(ctx, key)) },
 		wait: func(ctx context.Context, key string) (held, error) { return lease(l.Lock(ctx, key)) },
+		multi: func(ctx context.Context, keys []string) (held, error) {
+			return lease(l.LockMulti(ctx, keys...))
+		},
 	}
 }
 
 // redsyncContender is a redsync mutex over the same nodes: one try when
-// uncontended, redsync's default tries and retry delays when contended.
-func redsyncContender(name string, rs *redsync.Redsync, ttl time.Duration, failFast bool) contender {
+// uncontended, redsync's default tries and retry delays when contended,
+// and for several keys one mutex per key taken in sorted key order (see
+// inOrder), releasing what it took within release when one fails.
+func redsyncContender(name string, rs *redsync.Redsync, ttl, release time.Duration, failFast bool) contender {
 	base := []redsync.Option{redsync.WithExpiry(ttl)}
 	if failFast {
 		base = append(base, redsync.WithFailFast(true))
@@ -148,11 +157,49 @@ func redsyncContender(name string, rs *redsync.Redsync, ttl time.Duration, failF
 		}
 		return redsyncHeld{m}, nil
 	}
+	wait := func(ctx context.Context, key string) (held, error) { return acquire(ctx, key, base) }
 	return contender{
-		name: name,
-		try:  func(ctx context.Context, key string) (held, error) { return acquire(ctx, key, once) },
-		wait: func(ctx context.Context, key string) (held, error) { return acquire(ctx, key, base) },
+		name:  name,
+		try:   func(ctx context.Context, key string) (held, error) { return acquire(ctx, key, once) },
+		wait:  wait,
+		multi: inOrder(wait, release),
 	}
+}
+
+// inOrder holds several keys with a one-key lock the deadlock-free way:
+// it acquires them (each once) with wait one after another in sorted key
+// order, and hands them back as one held that releases them in reverse.
+// When an acquisition fails it releases what it took, in reverse, under a
+// deadline of release from then (not under ctx, which may have ended), and
+// fails.
+func inOrder(wait func(ctx context.Context, key string) (held, error), release time.Duration) func(context.Context, []string) (held, error) {
+	return func(ctx context.Context, keys []string) (held, error) {
+		sorted := slices.Compact(slices.Sorted(slices.Values(keys)))
+		hs := make(heldInOrder, 0, len(sorted))
+		for _, k := range sorted {
+			h, err := wait(ctx, k)
+			if err != nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), release)
+				defer cancel()
+				return nil, errors.Join(err, hs.Unlock(rctx))
+			}
+			hs = append(hs, h)
+		}
+		return hs, nil
+	}
+}
+
+// heldInOrder is several locks, in the order they were acquired.
+type heldInOrder []held
+
+// Unlock releases every lock, the last acquired first, even when one
+// fails, and joins their errors.
+func (hs heldInOrder) Unlock(ctx context.Context) error {
+	var errs []error
+	for i := len(hs) - 1; i >= 0; i-- {
+		errs = append(errs, hs[i].Unlock(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // redsyncHeld is a locked redsync mutex.

@@ -26,6 +26,13 @@
 //	             workers on distinct keys; each round runs, for -hot-duration
 //	             each, the hot key alone, the distinct keys alone, then both,
 //	             and reports each kind's rate alone and in the mix
+//	multi-K      -multi-workers workers take leases of K keys at once, each lease
+//	             K distinct keys picked at random (from -seed) out of a pool of
+//	             -multi-pool, so the key sets overlap: acquire all (waiting),
+//	             unlock all, for -hot-duration; quorumlock takes one LockMulti
+//	             lease (all or nothing per node, one script call per node), the
+//	             other contenders one lock per key in sorted key order (the
+//	             deadlock-free way to hold several), released in reverse
 //
 // Rounds interleave the contenders (A B C, then B C A, ...) so a machine
 // whose speed drifts during the run shifts every contender alike. With no
@@ -67,10 +74,15 @@ type config struct {
 	opTimeout   time.Duration
 	faultBudget time.Duration
 	slowLatency time.Duration
-	jsonPath    string
-	plotPath    string
-	cpuProfile  string
-	quiet       bool
+	// multiWorkers and multiPool are the workers and the key pool of the
+	// multi scenarios; seed seeds their key picks.
+	multiWorkers int
+	multiPool    int
+	seed         uint64
+	jsonPath     string
+	plotPath     string
+	cpuProfile   string
+	quiet        bool
 }
 
 func main() {
@@ -88,17 +100,20 @@ func parse(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	addrs := fs.String("addrs", "", "comma-separated Redis masters (default: start a test bed)")
 	only := fs.String("only", "", "comma-separated contenders to run (default: all): "+strings.Join(contenderNames, ", "))
-	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: solo-N, hot-N-Hms, slow-node, node-down, mixed-W-D-Hms")
+	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: solo-N, hot-N-Hms, multi-K, slow-node, node-down, mixed-W-D-Hms")
 	fs.IntVar(&c.nodes, "nodes", 5, "masters in the bed started when -addrs is empty")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds; each runs every contender once per scenario")
 	fs.IntVar(&c.ops, "ops", 2000, "lock+unlock pairs per contender per round in the solo and fault scenarios")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lock TTL")
 	fs.DurationVar(&c.timeout, "node-timeout", 0, "quorumlock per-node timeout (0: the library default)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed started when -addrs is empty: always, everysec or off")
-	fs.DurationVar(&c.hotDuration, "hot-duration", 2*time.Second, "length of one contender's round in the hot scenarios, and of each of its three phases in the mixed ones")
-	fs.DurationVar(&c.opTimeout, "op-timeout", 2*time.Second, "bound of one lock+unlock pair in the fault scenarios, and of one unlock in the hot and mixed ones")
+	fs.DurationVar(&c.hotDuration, "hot-duration", 2*time.Second, "length of one contender's round in the hot and multi scenarios, and of each of its three phases in the mixed ones")
+	fs.DurationVar(&c.opTimeout, "op-timeout", 2*time.Second, "bound of one lock+unlock pair in the fault scenarios, and of one unlock in the hot, multi and mixed ones")
 	fs.DurationVar(&c.faultBudget, "fault-budget", 5*time.Second, "a fault scenario's round of one contender starts no pair after this long")
 	fs.DurationVar(&c.slowLatency, "slow-latency", 20*time.Millisecond, "latency added to the last node in slow-node")
+	fs.IntVar(&c.multiWorkers, "multi-workers", 16, fmt.Sprintf("workers of the multi-K scenarios (1..%d)", maxWorkers))
+	fs.IntVar(&c.multiPool, "multi-pool", 8, fmt.Sprintf("keys the leases of the multi-K scenarios pick theirs from (2..%d, at least K)", maxKeyPool))
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the multi-K scenarios' key picks (every contender gets the same picks in a round)")
 	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "draw latency CDFs, one panel per scenario, into this PNG file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar on stderr")
@@ -133,42 +148,57 @@ func parse(args []string) (config, error) {
 			return c, fmt.Errorf("-scenarios: %q given twice", sc.name)
 		}
 		seen[sc.name] = true
+		if sc.kind == kindMulti {
+			sc.workers, sc.pool = c.multiWorkers, c.multiPool
+		}
 		c.scenarios = append(c.scenarios, sc)
 	}
+	return c, c.validate()
+}
+
+// validate checks the bounds of the parsed flags.
+func (c config) validate() error {
 	nodes := c.nodes
 	if len(c.addrs) > 0 {
 		nodes = len(c.addrs)
 	}
 	switch {
 	case c.rounds < 1 || c.rounds > 100:
-		return c, fmt.Errorf("-rounds %d: want 1..100", c.rounds)
+		return fmt.Errorf("-rounds %d: want 1..100", c.rounds)
 	case c.ops < 1 || c.ops > 1_000_000:
-		return c, fmt.Errorf("-ops %d: want 1..1000000", c.ops)
+		return fmt.Errorf("-ops %d: want 1..1000000", c.ops)
 	case c.nodes < 1 || c.nodes > 15:
-		return c, fmt.Errorf("-nodes %d: want 1..15", c.nodes)
+		return fmt.Errorf("-nodes %d: want 1..15", c.nodes)
 	case len(c.addrs) > 15:
-		return c, fmt.Errorf("-addrs: %d addresses: want at most 15", len(c.addrs))
+		return fmt.Errorf("-addrs: %d addresses: want at most 15", len(c.addrs))
 	case c.ttl < 100*time.Millisecond:
-		return c, fmt.Errorf("-ttl %v: want at least 100ms", c.ttl)
+		return fmt.Errorf("-ttl %v: want at least 100ms", c.ttl)
 	case c.timeout < 0:
-		return c, fmt.Errorf("-node-timeout %v: want 0 (the default) or more", c.timeout)
+		return fmt.Errorf("-node-timeout %v: want 0 (the default) or more", c.timeout)
 	case c.hotDuration < 10*time.Millisecond || c.hotDuration > 10*time.Minute:
-		return c, fmt.Errorf("-hot-duration %v: want 10ms..10m", c.hotDuration)
+		return fmt.Errorf("-hot-duration %v: want 10ms..10m", c.hotDuration)
 	case c.opTimeout < 10*time.Millisecond || c.opTimeout > time.Minute:
-		return c, fmt.Errorf("-op-timeout %v: want 10ms..1m", c.opTimeout)
+		return fmt.Errorf("-op-timeout %v: want 10ms..1m", c.opTimeout)
 	case c.faultBudget < 100*time.Millisecond || c.faultBudget > 10*time.Minute:
-		return c, fmt.Errorf("-fault-budget %v: want 100ms..10m", c.faultBudget)
+		return fmt.Errorf("-fault-budget %v: want 100ms..10m", c.faultBudget)
 	case c.slowLatency < time.Millisecond || c.slowLatency > time.Second:
-		return c, fmt.Errorf("-slow-latency %v: want 1ms..1s", c.slowLatency)
+		return fmt.Errorf("-slow-latency %v: want 1ms..1s", c.slowLatency)
 	case c.plotPath != "" && !strings.HasSuffix(strings.ToLower(c.plotPath), ".png"):
-		return c, fmt.Errorf("-plot %q: want a .png file", c.plotPath)
+		return fmt.Errorf("-plot %q: want a .png file", c.plotPath)
+	case c.multiWorkers < 1 || c.multiWorkers > maxWorkers:
+		return fmt.Errorf("-multi-workers %d: want 1..%d", c.multiWorkers, maxWorkers)
+	case c.multiPool < 2 || c.multiPool > maxKeyPool:
+		return fmt.Errorf("-multi-pool %d: want 2..%d", c.multiPool, maxKeyPool)
 	}
 	for _, sc := range c.scenarios {
-		if sc.fault() && len(c.addrs) == 0 && nodes < 3 {
-			return c, fmt.Errorf("-scenarios %s: needs -nodes 3 or more (a majority must survive the faulty node)", sc.name)
+		switch {
+		case sc.fault() && len(c.addrs) == 0 && nodes < 3:
+			return fmt.Errorf("-scenarios %s: needs -nodes 3 or more (a majority must survive the faulty node)", sc.name)
+		case sc.kind == kindMulti && sc.keys > c.multiPool:
+			return fmt.Errorf("-scenarios %s: %d keys per lease, but -multi-pool is %d", sc.name, sc.keys, c.multiPool)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // run parses args, runs the benchmark and writes the report to out.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	mrand "math/rand/v2"
 	"runtime"
 	"sync"
 	"time"
@@ -143,8 +144,17 @@ func onePair(ctx context.Context, c contender, key string, opTimeout time.Durati
 
 // measureHot has workers goroutines contend for key for duration: each
 // loops acquire (waiting, with the contender's own retries), hold, unlock
-// (see hotLoop).
+// (see waitLoop).
 func measureHot(ctx context.Context, c contender, key string, workers int, hold, duration, opTimeout time.Duration) sample {
+	return measureTimed(ctx, workers, duration, func(round context.Context, _ int, l *workerLog) {
+		hotLoop(ctx, round, c, key, hold, opTimeout, l)
+	})
+}
+
+// measureTimed runs workers goroutines for duration, worker w running
+// loop(round, w, its log) with round a context that ends with the
+// duration, and returns their merged sample once every one is done.
+func measureTimed(ctx context.Context, workers int, duration time.Duration, loop func(round context.Context, w int, l *workerLog)) sample {
 	end := time.Now().Add(duration)
 	round, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
@@ -156,7 +166,7 @@ func measureHot(ctx context.Context, c contender, key string, workers int, hold,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hotLoop(ctx, round, c, key, hold, opTimeout, &logs[w])
+			loop(round, w, &logs[w])
 		}()
 	}
 	wg.Wait()
@@ -166,16 +176,21 @@ func measureHot(ctx context.Context, c contender, key string, workers int, hold,
 	return s
 }
 
-// hotLoop is one waiter on a hot key until round (a context with a
-// deadline) ends: acquire (waiting, with the contender's own retries),
-// hold, unlock, logging each acquisition into l. A wait the end of the
-// round interrupts counts as nothing; a wait that fails before it counts
-// as an error. Each unlock runs under opTimeout, within ctx.
+// hotLoop is one waiter on a hot key until round ends (see waitLoop).
 func hotLoop(ctx, round context.Context, c contender, key string, hold, opTimeout time.Duration, l *workerLog) {
+	waitLoop(ctx, round, func(round context.Context) (held, error) { return c.wait(round, key) }, hold, opTimeout, l)
+}
+
+// waitLoop is one waiter until round (a context with a deadline) ends:
+// acquire (waiting, with the contender's own retries), hold, unlock,
+// logging each acquisition into l. A wait the end of the round interrupts
+// counts as nothing; a wait that fails before it counts as an error. Each
+// unlock runs under opTimeout, within ctx.
+func waitLoop(ctx, round context.Context, acquire func(round context.Context) (held, error), hold, opTimeout time.Duration, l *workerLog) {
 	end, _ := round.Deadline()
 	for round.Err() == nil {
 		t := time.Now()
-		h, err := c.wait(round, key)
+		h, err := acquire(round)
 		if err != nil {
 			// A request cut by the round's deadline can fail (an i/o
 			// timeout) a moment before the context reports that it ended.
@@ -195,6 +210,57 @@ func hotLoop(ctx, round context.Context, c contender, key string, hold, opTimeou
 		}
 		l.success(waited, time.Since(t))
 	}
+}
+
+// multiLoad is one contender's round of a multi scenario: workers take
+// leases of keys keys each, picked at random out of pool, for duration.
+type multiLoad struct {
+	pool                []string
+	keys, workers       int
+	duration, opTimeout time.Duration
+	// seed and round seed every worker's picks: in one round every
+	// contender's worker w is offered the same key sets, in the same order.
+	seed  uint64
+	round int
+}
+
+// measureMulti has the load's workers loop for its duration: pick keys,
+// acquire them all (c.multi, waiting), unlock them all (see waitLoop).
+func measureMulti(ctx context.Context, c contender, m multiLoad) sample {
+	return measureTimed(ctx, m.workers, m.duration, func(round context.Context, w int, l *workerLog) {
+		pick := newPicker(m.pool, m.keys, m.seed, m.round, w)
+		waitLoop(ctx, round, func(round context.Context) (held, error) { return c.multi(round, pick.next()) }, 0, m.opTimeout, l)
+	})
+}
+
+// picker picks k distinct keys at random out of a pool, from a seed.
+type picker struct {
+	pool []string
+	idx  []int    // a permutation of the pool's indices
+	keys []string // the last pick; reused
+	rng  *mrand.Rand
+}
+
+// newPicker returns the picker of worker w in round round: the same seed,
+// round and worker, the same picks.
+func newPicker(pool []string, k int, seed uint64, round, w int) *picker {
+	p := &picker{pool: pool, idx: make([]int, len(pool)), keys: make([]string, k),
+		rng: mrand.New(mrand.NewPCG(seed, uint64(round)<<32|uint64(w)))}
+	for i := range p.idx {
+		p.idx[i] = i
+	}
+	return p
+}
+
+// next returns k distinct keys of the pool, in random order (a partial
+// Fisher-Yates shuffle). The slice is reused by the next call.
+func (p *picker) next() []string {
+	for i := range p.keys {
+		j := i + p.rng.IntN(len(p.idx)-i)
+		p.idx[i], p.idx[j] = p.idx[j], p.idx[i]
+		p.keys[i] = p.pool[p.idx[i]]
+	}
+	return p.keys
 }
 
 // unlockWithin releases h under a deadline of d from now. It uses ctx, not

@@ -37,7 +37,8 @@ func writePlot(path string, s runJSON) error {
 }
 
 // scenarioPanels draws one scenario's panels: hot scenarios plot the
-// acquire wait, the solo and fault ones the whole lock+unlock pair, and a
+// acquire wait, the solo, multi and fault ones the whole lock+unlock pair
+// (of every key of the lease, in multi), and a
 // mixed one the hot key's wait and the distinct keys' pairs, each alone
 // and in the mix.
 func scenarioPanels(sj scenarioJSON) ([]*plot.Plot, error) {
@@ -45,6 +46,9 @@ func scenarioPanels(sj scenarioJSON) ([]*plot.Plot, error) {
 	switch sj.Kind {
 	case kindHot.String():
 		p, err := cdfPanel(sj.Name, "acquire wait (ms)", sj.raw)
+		return []*plot.Plot{p}, err
+	case kindMulti.String():
+		p, err := cdfPanel(sj.Name, fmt.Sprintf("lock+unlock of all %d keys (ms)", sj.KeysPerLease), sj.raw)
 		return []*plot.Plot{p}, err
 	case kindMixed.String():
 		hot, err := cdfPanel(sj.Name+": hot key", "hot key acquire wait (ms)", sj.raw)

@@ -35,18 +35,22 @@ type configJSON struct {
 	OpTimeoutNs   int64    `json:"op_timeout_ns"`
 	FaultBudgetNs int64    `json:"fault_budget_ns"`
 	SlowLatencyNs int64    `json:"slow_latency_ns"`
+	Seed          uint64   `json:"seed"` // of the multi scenarios' key picks
 }
 
 // scenarioJSON is one scenario's figures, one entry per contender. In a
 // mixed scenario Workers is the hot waiters per instance, DistinctWorkers
 // the distinct-key workers per instance, and Instances how many instances
-// of each contender ran side by side.
+// of each contender ran side by side. In a multi scenario each lease holds
+// KeysPerLease keys picked out of KeyPool.
 type scenarioJSON struct {
 	Name            string           `json:"name"`
 	Kind            string           `json:"kind"`
 	Workers         int              `json:"workers"`
 	DistinctWorkers int              `json:"distinct_workers,omitempty"`
 	Instances       int              `json:"instances,omitempty"`
+	KeysPerLease    int              `json:"keys_per_lease,omitempty"`
+	KeyPool         int              `json:"key_pool,omitempty"`
 	HoldNs          int64            `json:"hold_ns"`
 	FaultNode       string           `json:"fault_node,omitempty"`
 	Contenders      []contenderJSON  `json:"contenders"`
@@ -56,7 +60,8 @@ type scenarioJSON struct {
 }
 
 // contenderJSON is one contender's figures in one scenario. Ops and
-// latencies count successful pairs (acquisitions in a hot scenario);
+// latencies count successful pairs (acquisitions in a hot scenario; in a
+// multi one, acquisitions of every key of a lease, with their unlock);
 // errors are counted apart. AllocsPerOp is the process-wide heap
 // allocation count over the contender's measured runs divided by its
 // attempted pairs. In a mixed scenario the top-level figures are those of
@@ -100,7 +105,7 @@ func summarizeRun(res *results) runJSON {
 		Config: configJSON{
 			Addrs: c.addrs, Rounds: c.rounds, Ops: c.ops, TTLns: int64(c.ttl), NodeTimeoutNs: int64(c.timeout),
 			HotDurationNs: int64(c.hotDuration), OpTimeoutNs: int64(c.opTimeout), FaultBudgetNs: int64(c.faultBudget),
-			SlowLatencyNs: int64(c.slowLatency),
+			SlowLatencyNs: int64(c.slowLatency), Seed: c.seed,
 		},
 		Scenarios: []scenarioJSON{},
 	}
@@ -120,13 +125,17 @@ func scenarioFigures(r *scenarioRun, faultNode string) scenarioJSON {
 	if r.sc.fault() {
 		sj.FaultNode = faultNode
 	}
-	if r.sc.kind == kindMixed {
+	switch r.sc.kind {
+	case kindMixed:
 		sj.DistinctWorkers, sj.Instances = r.sc.distinct, mixedInstances
+	case kindMulti:
+		sj.KeysPerLease, sj.KeyPool = r.sc.keys, r.sc.pool
 	}
 	for i, t := range r.tallies {
 		cj := contenderFigures(t, r.sc.contended())
+		// The plot: a hot key's acquire wait, or the whole pair.
 		curve := &scenarioCurve{name: t.name, fault: t.pair}
-		if r.sc.contended() {
+		if r.sc.kind == kindHot || r.sc.kind == kindMixed {
 			curve.fault = t.acquire
 		}
 		if r.mixed != nil {
@@ -206,7 +215,7 @@ func writeJSON(path string, s runJSON) error {
 // report prints one markdown table per scenario.
 func report(out io.Writer, s runJSON) {
 	c := s.cfg
-	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds, %d pairs per round (solo and fault scenarios), %v per round (hot; per phase in mixed), ttl %v\n",
+	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds, %d pairs per round (solo and fault scenarios), %v per round (hot and multi; per phase in mixed), ttl %v\n",
 		s.Nodes, s.Provider, c.rounds, c.ops, c.hotDuration, c.ttl)
 	fmt.Fprintln(out, "ops/s: median over rounds of successful pairs per second; latencies over every successful pair of every round;")
 	fmt.Fprintln(out, "allocs/op: heap allocations of the whole process during the contender's runs (in fault scenarios, the bed's in-process proxy included) per attempted pair.")
@@ -232,6 +241,9 @@ func table(out io.Writer, sj scenarioJSON) {
 	switch sj.Kind {
 	case kindHot.String():
 		fmt.Fprintln(out, "| contender | acquisitions/s | wait p50 | wait p99 | wait p99.9 | pair p50 | pair p99 | pair p99.9 | min share | errors | allocs/op | vs redsync | vs quorumlock |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	case kindMulti.String():
+		fmt.Fprintln(out, "| contender | pairs/s | wait p50 | wait p99 | wait p99.9 | pair p50 | pair p99 | pair p99.9 | min share | errors | allocs/op | vs redsync | vs quorumlock |")
 		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	case kindSolo.String():
 		fmt.Fprintln(out, "| contender | ops/s | acquire p50 | acquire p99 | acquire p99.9 | pair p50 | pair p99 | pair p99.9 | errors | allocs/op | vs redsync | vs quorumlock |")
@@ -278,6 +290,11 @@ func describe(sj scenarioJSON, c config) string {
 		return fmt.Sprintf("%d workers on one key, acquire (waiting) + hold %v + unlock, %v per round", sj.Workers, time.Duration(sj.HoldNs), c.hotDuration)
 	case kindMixed.String():
 		return describeMixed(sj, c)
+	case kindMulti.String():
+		return fmt.Sprintf("%d workers, each lease %d distinct keys picked at random (seed %d) out of %d, so key sets overlap; "+
+			"acquire all (waiting) + unlock all, %v per round; quorumlock: one LockMulti lease, the others one lock per key in sorted order, released in reverse; "+
+			"pairs/s: leases acquired and released per second, wait: acquiring every key, pair: wait + unlock",
+			sj.Workers, sj.KeysPerLease, c.seed, sj.KeyPool, c.hotDuration)
 	case kindSlowNode.String():
 		return fmt.Sprintf("%s answers %v late (bed proxy), 1 worker, up to %d pairs or %v per round, through the proxies", sj.FaultNode, c.slowLatency, c.ops, c.faultBudget)
 	default:

@@ -16,6 +16,7 @@ const (
 	kindSlowNode             // no contention, the last node answers late
 	kindNodeDown             // no contention, the last node is frozen
 	kindMixed                // one hot key and distinct keys, alone and together, from three instances
+	kindMulti                // leases of several keys at once, on overlapping key sets
 )
 
 // String names the kind as the JSON output does.
@@ -31,6 +32,8 @@ func (k kind) String() string {
 		return "node-down"
 	case kindMixed:
 		return "mixed"
+	case kindMulti:
+		return "multi"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -42,34 +45,54 @@ type scenario struct {
 	workers  int           // mixed: hot waiters per instance
 	distinct int           // mixed: distinct-key workers per instance
 	hold     time.Duration // hot, mixed: how long each acquisition of the hot key is held
+	keys     int           // multi: keys per lease
+	pool     int           // multi: keys the leases pick theirs from (-multi-pool)
 }
 
 // fault reports whether the scenario injects a fault into the bed.
 func (s scenario) fault() bool { return s.kind == kindSlowNode || s.kind == kindNodeDown }
 
 // contended reports whether workers of the scenario wait for a held key.
-func (s scenario) contended() bool { return s.kind == kindHot || s.kind == kindMixed }
+func (s scenario) contended() bool {
+	return s.kind == kindHot || s.kind == kindMixed || s.kind == kindMulti
+}
 
 // runs reports whether contender c can run scenario s: the hot and mixed
-// scenarios need a contender that waits for a held key.
-func (s scenario) runs(c contender) bool { return !s.contended() || c.wait != nil }
+// scenarios need a contender that waits for a held key, multi one that
+// waits for several.
+func (s scenario) runs(c contender) bool {
+	switch {
+	case s.kind == kindMulti:
+		return c.multi != nil
+	case s.contended():
+		return c.wait != nil
+	}
+	return true
+}
 
 // defaultScenarios is the -scenarios default, in the order they run.
 var defaultScenarios = []string{
 	"solo-1", "solo-16",
 	"hot-16-0ms", "hot-16-1ms", "hot-64-0ms", "hot-64-1ms",
+	"multi-3",
 	"slow-node", "node-down",
 	"mixed-100-22-1ms",
 }
 
-// maxWorkers bounds N in solo-N and hot-N-Hms, and W and D in
-// mixed-W-D-Hms.
+// maxWorkers bounds N in solo-N and hot-N-Hms, W and D in mixed-W-D-Hms,
+// and -multi-workers.
 const maxWorkers = 1024
 
+// maxKeyPool bounds -multi-pool, and K in multi-K (which must not exceed
+// -multi-pool either).
+const maxKeyPool = 64
+
 // parseScenario reads one -scenarios name: solo-N, hot-N-Hms,
-// mixed-W-D-Hms, slow-node or node-down.
+// mixed-W-D-Hms, multi-K, slow-node or node-down. A multi scenario's
+// workers and key pool come from flags: parse sets them.
 func parseScenario(name string) (scenario, error) {
-	want := fmt.Errorf("unknown scenario %q: want solo-N, hot-N-Hms, mixed-W-D-Hms (N, W, D 1..%d, H 0..1000), slow-node or node-down", name, maxWorkers)
+	want := fmt.Errorf("unknown scenario %q: want solo-N, hot-N-Hms, mixed-W-D-Hms (N, W, D 1..%d, H 0..1000), multi-K (K 2..%d), slow-node or node-down",
+		name, maxWorkers, maxKeyPool)
 	switch {
 	case name == "slow-node":
 		return scenario{name: name, kind: kindSlowNode, workers: 1}, nil
@@ -101,6 +124,13 @@ func parseScenario(name string) (scenario, error) {
 			return scenario{}, want
 		}
 		return scenario{name: name, kind: kindMixed, workers: w, distinct: d, hold: h}, nil
+	case strings.HasPrefix(name, "multi-"):
+		ks := strings.TrimPrefix(name, "multi-")
+		k, ok := parseWorkers(ks)
+		if !ok || k < 2 || k > maxKeyPool {
+			return scenario{}, want
+		}
+		return scenario{name: name, kind: kindMulti, keys: k}, nil
 	}
 	return scenario{}, want
 }

@@ -158,8 +158,8 @@ type runPlan struct {
 	mode     string
 }
 
-// name is how the report names the plan's scenario: distinct and hot with
-// their client count ("hot/64").
+// name is how the report names the plan's scenario: distinct, hot and cart
+// with their client count ("hot/64").
 func (p runPlan) name() string {
 	if isClosedLoop(p.scenario) {
 		return fmt.Sprintf("%s/%d", p.scenario, p.clients)
@@ -168,7 +168,9 @@ func (p runPlan) name() string {
 }
 
 // isClosedLoop reports whether scenario sc is run once per client count.
-func isClosedLoop(sc string) bool { return sc == scenarioDistinct || sc == scenarioHot }
+func isClosedLoop(sc string) bool {
+	return sc == scenarioDistinct || sc == scenarioHot || sc == scenarioCart
+}
 
 // plans lists the runs in the order of the flags: scenario by scenario,
 // client count by count, mode by mode.

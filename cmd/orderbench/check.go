@@ -25,21 +25,35 @@ type checkResult struct {
 	Orders     int   `json:"orders_in_db"`
 	Units      int64 `json:"units_in_db"`
 	StockTaken int64 `json:"stock_taken"`
+	// WantUnits is the units the orders accounted for should hold: one
+	// per line of what their requests named.
+	WantUnits int64 `json:"units_wanted"`
 	// Missing counts 201 answers without an order, Unexpected orders that
-	// no 201 (nor uncertain request) accounts for, WrongProduct orders of
-	// a product their user did not order.
+	// no 201 (nor uncertain request) accounts for, WrongProduct orders
+	// whose products are not those their request named.
 	Missing      int `json:"missing"`
 	Unexpected   int `json:"unexpected"`
 	WrongProduct int `json:"wrong_product"`
+	// Products is, for cart, every product's stock left and units in
+	// order lines (see productLines).
+	Products []productLines `json:"products,omitempty"`
 	// Problem says what is wrong when OK is false.
 	Problem string `json:"problem,omitempty"`
 }
 
-// orderRow is one order of the database, as the check reads it.
+// orderRow is one order of the database, as the check reads it: product
+// names its lines' products, sorted (byte-wise) and joined by ","; quantity
+// is the units of its lines.
 type orderRow struct {
 	user, key, product string
 	quantity           int64
 }
+
+// ordersSQL reads the orders of a set of users with their lines.
+const ordersSQL = `SELECT o.user_id, o.idempotency_key,
+  coalesce(string_agg(l.product_id, ',' ORDER BY l.product_id COLLATE "C"), ''), coalesce(sum(l.quantity), 0)::bigint
+FROM orders o LEFT JOIN order_lines l ON l.order_id = o.order_id
+WHERE o.user_id = ANY($1) GROUP BY o.order_id, o.user_id, o.idempotency_key`
 
 // check reads the run's orders and its products' stock, and compares them
 // with what the users were told. stockBefore is the run's products' total
@@ -49,10 +63,12 @@ func (b *bench) check(ctx context.Context, users []user, tallies []*tally, stock
 	products := map[string]bool{}
 	for i, u := range users {
 		ids[i] = u.id
-		products[u.product] = true
+		for _, p := range u.products() {
+			products[p] = true
+		}
 	}
 	rec := newReconciler(users)
-	rows, err := b.admin.Query(ctx, `SELECT user_id, idempotency_key, product_id, quantity FROM orders WHERE user_id = ANY($1)`, ids)
+	rows, err := b.admin.Query(ctx, ordersSQL, ids)
 	if err != nil {
 		return checkResult{}, fmt.Errorf("read orders: %w", err)
 	}
@@ -84,17 +100,18 @@ func (b *bench) check(ctx context.Context, users []user, tallies []*tally, stock
 type reconciler struct {
 	users []user
 	index map[string]int
-	// found[i] holds the request numbers of users[i]'s orders.
-	found []map[int]bool
+	// found[i] maps the request number of each of users[i]'s orders to
+	// the order's products.
+	found []map[int]string
 	c     checkResult
 }
 
 // newReconciler returns a reconciler for users.
 func newReconciler(users []user) *reconciler {
-	r := &reconciler{users: users, index: make(map[string]int, len(users)), found: make([]map[int]bool, len(users))}
+	r := &reconciler{users: users, index: make(map[string]int, len(users)), found: make([]map[int]string, len(users))}
 	for i, u := range users {
 		r.index[u.id] = i
-		r.found[i] = map[int]bool{}
+		r.found[i] = map[int]string{}
 	}
 	return r
 }
@@ -108,15 +125,12 @@ func (r *reconciler) add(o orderRow) {
 		r.c.Unexpected++
 		return
 	}
-	if o.product != r.users[i].product {
-		r.c.WrongProduct++
-	}
 	n, ok := seqOf(o.key)
-	if !ok || r.found[i][n] {
+	if _, twice := r.found[i][n]; !ok || twice {
 		r.c.Unexpected++ // not a key the user sent, or twice (the unique constraint forbids it)
 		return
 	}
-	r.found[i][n] = true
+	r.found[i][n] = o.product
 }
 
 // finish matches the orders added with tallies (tallies[i] is users[i]'s)
@@ -129,21 +143,42 @@ func (r *reconciler) finish(tallies []*tally, stockTaken int64) checkResult {
 		c.Created += len(t.createdSeqs)
 		c.Uncertain += len(t.uncertainSeqs)
 		for _, n := range t.createdSeqs {
-			if !r.found[i][n] {
+			if !r.match(&c, i, t, n) {
 				c.Missing++
 			}
-			delete(r.found[i], n)
 		}
 		for _, n := range t.uncertainSeqs {
-			if r.found[i][n] {
+			if r.match(&c, i, t, n) {
 				c.UncertainCreated++
 			}
-			delete(r.found[i], n)
 		}
 		c.Unexpected += len(r.found[i])
 	}
 	c.OK, c.Problem = c.verdict()
 	return c
+}
+
+// match reports whether users[i] has an order for its request n, whose
+// tally is t; it takes the order off the found ones and counts in c the
+// units it should hold and whether it holds the products the request named.
+func (r *reconciler) match(c *checkResult, i int, t *tally, n int) bool {
+	got, ok := r.found[i][n]
+	if !ok {
+		return false
+	}
+	delete(r.found[i], n)
+	want := r.users[i].product
+	if r.users[i].cart != nil {
+		want = ""
+		if n < len(t.carts) {
+			want = t.carts[n]
+		}
+	}
+	if got != want {
+		c.WrongProduct++
+	}
+	c.WantUnits += int64(strings.Count(want, ",") + 1) // one unit per line
+	return true
 }
 
 // verdict says whether the figures agree, and if not how.
@@ -162,11 +197,11 @@ func (c checkResult) verdict() (bool, string) {
 	if c.WrongProduct > 0 {
 		bad = append(bad, fmt.Sprintf("%d orders of the wrong product", c.WrongProduct))
 	}
-	if c.Units != int64(want) {
-		bad = append(bad, fmt.Sprintf("the orders hold %d units, want %d (one per order)", c.Units, want))
+	if c.Units != c.WantUnits {
+		bad = append(bad, fmt.Sprintf("the orders hold %d units, want %d (one per line)", c.Units, c.WantUnits))
 	}
-	if c.StockTaken != int64(want) {
-		bad = append(bad, fmt.Sprintf("stock went down by %d, want %d", c.StockTaken, want))
+	if c.StockTaken != c.WantUnits {
+		bad = append(bad, fmt.Sprintf("stock went down by %d, want %d", c.StockTaken, c.WantUnits))
 	}
 	return len(bad) == 0, strings.Join(bad, "; ")
 }

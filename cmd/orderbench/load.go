@@ -22,12 +22,22 @@ const maxAnswerBytes = 64 << 10
 const transportError = "transport error"
 
 // user is one simulated client: a user id with its bearer token, ordering
-// one unit of one product.
+// one unit of one product, or (cart) a new cart for every request.
 type user struct {
 	id            string
 	authorization string // "Bearer <token>"
-	product       string
+	product       string // "" for a cart user
 	body          []byte
+	// cart draws a cart user's carts, one per request, in place of body.
+	cart *cartDeck
+}
+
+// products returns the products the user orders.
+func (u user) products() []string {
+	if u.cart != nil {
+		return u.cart.products
+	}
+	return []string{u.product}
 }
 
 // orderBody is the POST /orders payload of one unit of product.
@@ -64,8 +74,11 @@ type tally struct {
 	// order; uncertainSeqs those of requests whose outcome the client
 	// could not learn (no answer, or a 503 outcome_unknown).
 	createdSeqs, uncertainSeqs []int
-	sent                       int
-	firstError                 string
+	// carts holds a cart user's carts, by request number: the products
+	// of each, sorted and joined by ",".
+	carts      []string
+	sent       int
+	firstError string
 }
 
 // window is the measured part of a load.
@@ -142,8 +155,14 @@ func (b *bench) drive(ctx, stop context.Context, users []user, ins []*instance, 
 func (b *bench) loop(ctx, stop context.Context, u user, first int, ins []*instance, w *liveWindow, t *tally) {
 	for n := 0; stop.Err() == nil; n++ {
 		in := ins[(first+n)%len(ins)]
+		req := u
+		if u.cart != nil {
+			var products string
+			req.body, products = u.cart.next()
+			t.carts = append(t.carts, products)
+		}
 		t0 := time.Now()
-		rep, err := b.post(ctx, in.srv.URL, u, idempotencyKey(n))
+		rep, err := b.post(ctx, in.srv.URL, req, idempotencyKey(n))
 		t1 := time.Now()
 		key := rep.key
 		t.sent++

@@ -14,6 +14,8 @@
 //
 //	distinct  every client orders its own product: no two requests want the same stock row
 //	hot       every client orders product "42": all requests want one stock row
+//	cart      every client orders carts: each request one unit each of 3 distinct
+//	          products picked at random (from -seed) out of 10, named in random order
 //	flash     a flash sale: -flash-buyers buyers want the -flash-units units of one product
 //	mixed     a flash sale on one product while distinct clients go on ordering their own
 //
@@ -28,12 +30,17 @@
 // Both modes keep the Redis idempotency fast path (orders.WithIdempotency),
 // and both shed overload with 503 and Retry-After.
 //
-// distinct and hot are closed loops, run once per count of -clients (a
-// comma-separated list) and mode, and reported as e.g. hot/64: that many
-// goroutines, each a user with its own bearer token, send POST /orders
-// round-robin over the three instances, every request with a fresh
-// Idempotency-Key and quantity 1, for -warmup (not measured) and then
-// -duration.
+// distinct, hot and cart are closed loops, run once per count of -clients
+// (a comma-separated list) and mode, and reported as e.g. hot/64: that
+// many goroutines, each a user with its own bearer token, send POST
+// /orders round-robin over the three instances, every request with a fresh
+// Idempotency-Key and quantity 1 (of every line, for cart), for -warmup
+// (not measured) and then -duration. The carts of a cart run draw from 10
+// products of the run's own, each seeded with more stock than any run can
+// sell; in lock mode a cart takes one lease on the stock keys of its 3
+// products (all or nothing), in db mode Postgres alone arbitrates. Each
+// client's carts follow -seed and its index, so both modes send the same
+// carts.
 //
 // flash seeds one product with exactly -flash-units units. Each of the
 // -flash-buyers buyers is a user with one Idempotency-Key who sends its
@@ -56,10 +63,12 @@
 //
 // After each run every loop has stopped, and the database must hold
 // exactly one order per 201 answer (none for any other answer but
-// requests whose outcome the client could not learn) and have lost
-// exactly that much stock; a flash sale must sell no more than its units
-// and leave no negative stock. The command fails when a check does not
-// hold, after the report. It prints markdown tables, and per scenario how
+// requests whose outcome the client could not learn), with the lines the
+// request named, and have lost exactly that much stock; for cart, every
+// product's stock left plus the units of its order_lines must also equal
+// the stock seeded. A flash sale must sell no more than its units and
+// leave no negative stock. The command fails when a check does not hold,
+// after the report. It prints markdown tables, and per scenario how
 // the modes compare; -json writes every figure, -plot draws latency CDFs.
 package main
 
@@ -84,6 +93,7 @@ import (
 const (
 	scenarioDistinct = "distinct"
 	scenarioHot      = "hot"
+	scenarioCart     = "cart"
 	scenarioFlash    = "flash"
 	scenarioMixed    = "mixed"
 )
@@ -95,7 +105,7 @@ const (
 )
 
 var (
-	allScenarios = []string{scenarioDistinct, scenarioHot, scenarioFlash, scenarioMixed}
+	allScenarios = []string{scenarioDistinct, scenarioHot, scenarioCart, scenarioFlash, scenarioMixed}
 	allModes     = []string{modeLock, modeDB}
 )
 
@@ -163,7 +173,7 @@ func parse(args []string) (config, error) {
 	fs := flag.NewFlagSet("orderbench", flag.ContinueOnError)
 	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
 	modes := fs.String("modes", strings.Join(allModes, ","), "comma-separated modes: "+strings.Join(allModes, ", "))
-	clients := fs.String("clients", "64,512", fmt.Sprintf("comma-separated closed-loop client counts, each 1..%d; distinct and hot run once per count, mixed takes the first", maxClients))
+	clients := fs.String("clients", "64,512", fmt.Sprintf("comma-separated closed-loop client counts, each 1..%d; distinct, hot and cart run once per count, mixed takes the first", maxClients))
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured length of each closed-loop run; mixed: the least length of each phase")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before each closed-loop measurement (mixed: before each phase)")
 	fs.DurationVar(&c.lockWait, "lock-wait", 2*time.Second, "longest wait for the stock lock in lock mode (ordersd's ORDERS_LOCK_WAIT)")
@@ -173,7 +183,7 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.flash.units, "flash-units", 500, fmt.Sprintf("flash, mixed: units of the product on sale (1..%d)", maxFlashUnits))
 	fs.IntVar(&c.flash.buyers, "flash-buyers", 5000, fmt.Sprintf("flash, mixed: buyers, each its own user with one Idempotency-Key (1..%d)", maxFlashBuyers))
 	fs.DurationVar(&c.flash.spread, "flash-spread", time.Second, "flash, mixed: the buyers' first requests are spread uniformly over this long")
-	fs.Uint64Var(&c.flash.seed, "seed", 1, "flash, mixed: seed of the buyers' schedule")
+	fs.Uint64Var(&c.flash.seed, "seed", 1, "flash, mixed: seed of the buyers' schedule; cart: of the carts")
 	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "draw latency CDFs, one panel per scenario, into this PNG file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar on stderr")

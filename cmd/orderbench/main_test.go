@@ -60,10 +60,10 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
-// TestPlans: distinct and hot run once per client count and mode, flash
+// TestPlans: distinct, hot and cart run once per client count and mode, flash
 // once per mode, mixed once per mode with the first count.
 func TestPlans(t *testing.T) {
-	c, err := parse([]string{"-scenarios", "hot,flash,mixed", "-modes", "lock,db", "-clients", "8,2"})
+	c, err := parse([]string{"-scenarios", "hot,cart,flash,mixed", "-modes", "lock,db", "-clients", "8,2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,8 @@ func TestPlans(t *testing.T) {
 	for _, p := range c.plans() {
 		got = append(got, p.name()+"/"+p.mode+"/"+fmt.Sprint(p.clients))
 	}
-	want := []string{"hot/8/lock/8", "hot/8/db/8", "hot/2/lock/2", "hot/2/db/2", "flash/lock/0", "flash/db/0", "mixed/lock/8", "mixed/db/8"}
+	want := []string{"hot/8/lock/8", "hot/8/db/8", "hot/2/lock/2", "hot/2/db/2", "cart/8/lock/8", "cart/8/db/8", "cart/2/lock/2", "cart/2/db/2",
+		"flash/lock/0", "flash/db/0", "mixed/lock/8", "mixed/db/8"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("plans: %q, want %q", got, want)
 	}
@@ -177,17 +178,23 @@ func TestAnswerKeyAndSeq(t *testing.T) {
 }
 
 func TestVerdict(t *testing.T) {
-	good := checkResult{Created: 10, Uncertain: 2, UncertainCreated: 1, Orders: 11, Units: 11, StockTaken: 11}
+	good := checkResult{Created: 10, Uncertain: 2, UncertainCreated: 1, Orders: 11, Units: 11, WantUnits: 11, StockTaken: 11}
 	if ok, p := good.verdict(); !ok {
 		t.Fatalf("consistent figures refused: %s", p)
 	}
+	carts := checkResult{Created: 10, Orders: 10, Units: 30, WantUnits: 30, StockTaken: 30}
+	if ok, p := carts.verdict(); !ok {
+		t.Fatalf("consistent carts refused: %s", p)
+	}
 	for name, c := range map[string]checkResult{
-		"extra order":   {Created: 10, Orders: 11, Units: 11, StockTaken: 11, Unexpected: 1},
-		"lost order":    {Created: 10, Orders: 9, Units: 9, StockTaken: 9, Missing: 1},
-		"stock":         {Created: 10, Orders: 10, Units: 10, StockTaken: 12},
-		"units":         {Created: 10, Orders: 10, Units: 20, StockTaken: 10},
-		"swapped order": {Created: 10, Orders: 10, Units: 10, StockTaken: 10, Missing: 1, Unexpected: 1},
-		"product":       {Created: 10, Orders: 10, Units: 10, StockTaken: 10, WrongProduct: 1},
+		"extra order":   {Created: 10, Orders: 11, Units: 11, WantUnits: 10, StockTaken: 11, Unexpected: 1},
+		"lost order":    {Created: 10, Orders: 9, Units: 9, WantUnits: 9, StockTaken: 9, Missing: 1},
+		"stock":         {Created: 10, Orders: 10, Units: 10, WantUnits: 10, StockTaken: 12},
+		"units":         {Created: 10, Orders: 10, Units: 20, WantUnits: 10, StockTaken: 10},
+		"cart units":    {Created: 10, Orders: 10, Units: 29, WantUnits: 30, StockTaken: 30},
+		"cart stock":    {Created: 10, Orders: 10, Units: 30, WantUnits: 30, StockTaken: 29},
+		"swapped order": {Created: 10, Orders: 10, Units: 10, WantUnits: 10, StockTaken: 10, Missing: 1, Unexpected: 1},
+		"product":       {Created: 10, Orders: 10, Units: 10, WantUnits: 10, StockTaken: 10, WrongProduct: 1},
 	} {
 		if ok, p := c.verdict(); ok || p == "" {
 			t.Errorf("%s: accepted (%q)", name, p)

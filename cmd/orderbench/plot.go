@@ -13,7 +13,7 @@ import (
 )
 
 // writePlot draws latency CDFs into one PNG file at path, one panel per
-// scenario (per client count for distinct and hot) and one line per mode:
+// scenario (per client count for distinct, hot and cart) and one line per mode:
 // the 201s' latency of the closed loops, the buyers' answer latency of
 // flash, and the closed-loop clients' 201 latency of mixed during the
 // sale and, dashed, without it.

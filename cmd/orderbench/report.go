@@ -47,6 +47,16 @@ type configJSON struct {
 	Modes             []string `json:"modes"`
 	// Flash is the sale of flash and mixed, when one of them ran.
 	Flash *flashConfigJSON `json:"flash,omitempty"`
+	// Cart is the carts of cart, when it ran.
+	Cart *cartConfigJSON `json:"cart,omitempty"`
+}
+
+// cartConfigJSON is what the cart scenario's carts hold: Lines distinct
+// products of Products, one unit each, drawn from Seed.
+type cartConfigJSON struct {
+	Products int    `json:"products"`
+	Lines    int    `json:"lines"`
+	Seed     uint64 `json:"seed"`
 }
 
 // runJSON is one run. Requests, Created, the rates, the latencies and
@@ -56,7 +66,7 @@ type configJSON struct {
 type runJSON struct {
 	Scenario string `json:"scenario"`
 	// Name is the scenario as the report names it: with the client count
-	// for distinct and hot ("hot/64").
+	// for distinct, hot and cart ("hot/64").
 	Name           string                `json:"name"`
 	Mode           string                `json:"mode"`
 	Clients        int                   `json:"clients,omitempty"`
@@ -103,6 +113,9 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 	}
 	if cfg.hasSale() {
 		s.Config.Flash = flashConfigFigures(cfg.flash)
+	}
+	if slices.Contains(cfg.scenarios, scenarioCart) {
+		s.Config.Cart = &cartConfigJSON{Products: cartProducts, Lines: cartLines, Seed: cfg.flash.seed}
 	}
 	for _, r := range res {
 		s.Runs = append(s.Runs, runFigures(r))
@@ -258,7 +271,8 @@ func report(out io.Writer, s summaryJSON) {
 	reportProblems(out, s.Runs)
 }
 
-// reportLoads prints the table of the closed-loop runs, distinct and hot.
+// reportLoads prints the table of the closed-loop runs: distinct, hot and
+// cart.
 func reportLoads(out io.Writer, s summaryJSON) {
 	var rows []runJSON
 	for _, r := range s.Runs {
@@ -271,10 +285,15 @@ func reportLoads(out io.Writer, s summaryJSON) {
 	}
 	c := s.Config
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "Closed loops (distinct, hot): N clients (distinct/N) round-robin over the instances, each its own user, a fresh key per request;\n")
+	fmt.Fprintf(out, "Closed loops (distinct, hot, cart): N clients (distinct/N) round-robin over the instances, each its own user, a fresh key per request;\n")
 	fmt.Fprintf(out, "%v warm-up then %v measured per run.\n", time.Duration(c.WarmupNs), time.Duration(c.DurationNs))
+	if k := c.Cart; k != nil {
+		fmt.Fprintf(out, "cart: every request a cart of %d distinct products of %d (one unit each), picked at random (seed %d), lines in random order; an order is a cart.\n",
+			k.Lines, k.Products, k.Seed)
+	}
 	fmt.Fprintln(out, "requests/s: answers of any status per second of the window; orders/s: 201 answers per second; latencies over the window's 201s;")
-	fmt.Fprintln(out, "check: after the run the database holds exactly one order per 201 answer (warm-up included) and lost exactly that much stock.")
+	fmt.Fprintln(out, "check: after the run the database holds exactly one order per 201 answer (warm-up included), with the lines asked for, and lost exactly that much stock;")
+	fmt.Fprintln(out, "for cart also, per product: stock left + units in order_lines = stock seeded.")
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| scenario | mode | requests/s | orders/s | p50 | p99 | p99.9 | other answers | check |")
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---|---|")

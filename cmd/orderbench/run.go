@@ -86,6 +86,9 @@ func (b *bench) runLoad(ctx context.Context, p runPlan) (*runResult, error) {
 		return nil, err
 	}
 	chk, err := b.check(ctx, users, tallies, int64(len(products))*seedStock)
+	if err == nil && p.scenario == scenarioCart {
+		chk, err = b.checkLines(ctx, products, seedStock, chk)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("check the database: %w", err)
 	}
@@ -117,13 +120,17 @@ func (b *bench) stopInstances(ctx context.Context, ins []*instance) error {
 }
 
 // users returns the closed-loop clients of plan p (of its phase, for
-// mixed), each with its token and order, and the products they order.
+// mixed), each with its token and order (its cart deck, for cart), and
+// the products they order.
 // User ids are unique to the run and phase, so the check finds their
 // orders by them.
 func (b *bench) users(p runPlan, phase string) ([]user, []string, error) {
 	prefix := fmt.Sprintf("ob.%s.%s-%d.%s", b.runID, p.scenario, p.clients, p.mode)
 	if phase != "" {
 		prefix += "." + phase
+	}
+	if p.scenario == scenarioCart {
+		return b.cartUsers(p, prefix)
 	}
 	users := make([]user, p.clients)
 	var products []string
@@ -148,13 +155,21 @@ func (b *bench) users(p runPlan, phase string) ([]user, []string, error) {
 // newUser returns user id, with its token, ordering one unit of product.
 func (b *bench) newUser(id, product string) (user, error) {
 	u := user{id: id, product: product}
-	tok, err := auth.Mint(b.secret, id, tokenTTL)
-	if err != nil {
-		return u, fmt.Errorf("token of %s: %w", id, err)
+	var err error
+	if u.authorization, err = b.bearer(id); err != nil {
+		return u, err
 	}
-	u.authorization = "Bearer " + tok
 	if u.body, err = orderBody(product); err != nil {
 		return u, err
 	}
 	return u, nil
+}
+
+// bearer returns the Authorization header of user id.
+func (b *bench) bearer(id string) (string, error) {
+	tok, err := auth.Mint(b.secret, id, tokenTTL)
+	if err != nil {
+		return "", fmt.Errorf("token of %s: %w", id, err)
+	}
+	return "Bearer " + tok, nil
 }
