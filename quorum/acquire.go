@@ -14,41 +14,33 @@ import (
 // On failure the error matches ErrNotAcquired or ErrQuorumUnavailable (a
 // *QuorumError, maybe wrapped), ctx.Err(), the Fencer's error, or ErrClosed.
 // It returns within WithMaxWait plus one node timeout (plus the Fencer's
-// call), and as soon as ctx ends; what a failed attempt took is released in
-// the background.
+// call), and as soon as ctx ends; a failed attempt is undone in the background.
 func (l *Locker) Lock(ctx context.Context, key string) (*Lease, error) {
 	return l.lock(ctx, []string{key}, l.cfg.retry.Attempts, l.cfg.maxWait)
 }
 
-// TryLock makes exactly one attempt to acquire key.
-// It fails with ErrNotAcquired when another owner holds the key.
+// TryLock makes exactly one attempt to acquire key (ErrNotAcquired: it is held).
 func (l *Locker) TryLock(ctx context.Context, key string) (*Lease, error) {
 	return l.lock(ctx, []string{key}, 1, 0)
 }
 
-// LockMulti acquires every key in one lease, all or nothing, retrying as
-// Lock does. Each node sets every key to the lease's one token in one
-// script call, or sets none and votes no, so a failed attempt leaves no key
-// behind and no caller ever holds some keys while it waits for others:
-// leases whose key sets overlap cannot deadlock, whatever order the keys
-// are named in (they are sorted; duplicates count once). The lease has one
-// validity, computed as for one key, and holds while a majority of nodes
-// hold every key; Extend, Unlock, Do's watchdog and the restart guard act
-// on all the keys at once. Each key gets its own fence (Lease.FenceOf).
-// A redsync mutex, or another Locker's lease, on any one of the keys
-// excludes the lease and is excluded by it.
+// LockMulti acquires every key in one lease, all or nothing, retrying as Lock
+// does. Each node sets every key to the token in one script call, or none, so
+// no caller holds some keys while waiting for others: leases on overlapping
+// key sets cannot deadlock (keys are sorted and deduplicated). The lease has
+// one validity and holds while a majority holds every key; all its operations
+// act on every key, and each key has its own fence (FenceOf). A lease of any
+// Redlock client (redsync too) on one of the keys excludes it, and vice versa.
 func (l *Locker) LockMulti(ctx context.Context, keys ...string) (*Lease, error) {
 	return l.lock(ctx, keys, l.cfg.retry.Attempts, l.cfg.maxWait)
 }
 
-// TryLockMulti makes exactly one attempt to acquire every key (see
-// LockMulti).
+// TryLockMulti makes exactly one attempt to acquire every key (LockMulti).
 func (l *Locker) TryLockMulti(ctx context.Context, keys ...string) (*Lease, error) {
 	return l.lock(ctx, keys, 1, 0)
 }
 
-// acquirer is one Lock call: its attempts, backoff and place among this
-// Locker's waiters for the keys.
+// acquirer is one Lock call: its attempts, backoff and place in the queues.
 type acquirer struct {
 	l        *Locker
 	tg       target
@@ -66,7 +58,7 @@ func (l *Locker) lock(ctx context.Context, keys []string, attempts int, maxWait 
 	switch {
 	case err != nil:
 		return nil, err
-	case l.isClosed():
+	case l.closed.Load():
 		return nil, fmt.Errorf("quorum: lock %q: %w", tg.name, ErrClosed)
 	}
 	a := &acquirer{l: l, tg: tg, attempts: attempts, start: time.Now()}
@@ -80,7 +72,6 @@ func (l *Locker) lock(ctx context.Context, keys []string, attempts int, maxWait 
 	return lease, err
 }
 
-// run makes the attempts, waiting between them.
 func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 	if a.attempts != 1 { // queue behind this Locker's waiters, not overtake them
 		if a.wt = a.l.wk.join(a.tg.keys, true); a.wt != nil && !a.wait(ctx, a.backoff(0)) {
@@ -99,65 +90,57 @@ func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 			return lease, nil
 		case ctxErr(ctx) != nil:
 			return nil, a.ctxError(ctx)
-		case !retryable || (a.attempts > 0 && a.n >= a.attempts) || a.l.isClosed():
+		case !retryable || (a.attempts > 0 && a.n >= a.attempts) || a.l.closed.Load():
 			return nil, a.gaveUp(err)
 		}
 		if a.wt == nil && errors.Is(err, ErrNotAcquired) {
 			a.wt = a.l.wk.join(a.tg.keys, false) // be told when it is released
 		}
-		// A dead ctx ends the loop at its top.
-		if goOn, live := a.pause(ctx); live && !goOn {
+		if !a.pause(ctx) {
 			return nil, a.gaveUp(err)
 		}
 	}
 }
 
 // pause waits out the backoff after a failed attempt, and reports whether
-// to try again and whether ctx is still live. A backoff past the wait
-// budget ends the call, but a release message before the budget is spent
-// still earns one more attempt.
-func (a *acquirer) pause(ctx context.Context) (goOn, live bool) {
+// to try again (a dead ctx ends the loop at its top). A backoff past the
+// wait budget ends the call, unless a release message comes before then.
+func (a *acquirer) pause(ctx context.Context) bool {
 	d := a.backoff(a.n - 1)
 	last := !a.deadline.IsZero() && time.Now().Add(d).After(a.deadline)
-	if last {
-		if a.wt == nil || !time.Now().Before(a.deadline) {
-			return false, true
-		}
-		d = time.Until(a.deadline)
-	}
-	if a.wt == nil {
-		live, _ := sleep(ctx, d, nil)
-		return true, live
+	if last && (a.wt == nil || !time.Now().Before(a.deadline)) {
+		return false
 	}
 	before := a.wakeups
-	if !a.wait(ctx, d) {
-		return false, false
-	}
-	return !last || a.wakeups > before, true
+	return !a.wait(ctx, d) || !last || a.wakeups > before
 }
 
-// backoff is the full-jitter delay before retry number retry.
 func (a *acquirer) backoff(retry int) time.Duration {
 	r := a.l.cfg.retry
 	return backoffDelay(retry, r.BaseDelay, r.MaxDelay, mrand.Int64N)
 }
 
-// wait waits up to d for a release of the key, and reports whether ctx is
-// still live. A waiter behind others waits another backoff when its own
-// ends (up to the deadline), so that only the oldest waiter polls.
+// wait waits up to d, cut at the deadline, for a release of the keys (or
+// sleeps, without a waiter), and reports whether ctx is still live. A waiter
+// behind others waits more backoffs, up to the deadline: only the oldest polls.
 func (a *acquirer) wait(ctx context.Context, d time.Duration) bool {
+	var wake chan struct{}
+	if a.wt != nil {
+		wake = a.wt.wake
+	}
 	for retry := 0; ; retry++ {
 		if !a.deadline.IsZero() {
 			d = min(d, time.Until(a.deadline))
 		}
-		live, woken := sleep(ctx, d, a.wt.wake)
-		if woken {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wake: // a nil wake (no waiter) never receives
 			a.wakeups++
+			return true
+		case <-time.After(d):
 		}
-		if !live || woken || a.l.wk.front(a.wt) {
-			return live
-		}
-		if !a.deadline.IsZero() && !time.Now().Before(a.deadline) {
+		if a.wt == nil || a.l.wk.front(a.wt) || (!a.deadline.IsZero() && !time.Now().Before(a.deadline)) {
 			return true
 		}
 		d = a.backoff(retry)
@@ -203,12 +186,11 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (lease 
 	start := time.Now()    // before the first request leaves
 	c := l.send(ctx, request{op: OpAcquire, key: tg.name, keys: tg.keys, args: l.acquireArgs(tg, btoken),
 		fast: contended, deadline: start.Add(l.cfg.nodeTimeout)})
-	v := l.collect(c, stopDecided, classifyAcquire, newTally(len(l.nodes)))
-	reason, sentinel := "", v.t.cause()
-	if v.t.verdict() == won {
+	t := l.collect(c, stopDecided, newTally(len(l.nodes)))
+	reason, sentinel := "", t.cause()
+	if t.verdict() == won {
 		if until := l.cfg.leaseEnd(start, l.cfg.ttl); time.Now().Before(until) {
-			// Armed once handed out (after the Fencer): a lease never handed
-			// out reports no loss.
+			// Armed once handed out (after the Fencer): unused, it reports no loss.
 			lease = &Lease{l: l, target: tg, token: token, btoken: btoken, start: start, until: until,
 				acqDeadline: c.req.deadline, fast: contended, lost: make(chan struct{}), moved: make(chan struct{}, 1)}
 			if l.cfg.fencer != nil {
@@ -220,12 +202,11 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (lease 
 		reason = fmt.Sprintf("the vote took %v and left no validity", time.Since(start).Round(time.Microsecond))
 		sentinel = ErrQuorumUnavailable
 	}
-	l.undo(ctx, c, tg.boxed, btoken)
-	return nil, true, l.quorumError(OpAcquire, tg.name, v.t, v.errs, reason, sentinel)
+	c.undo(tg.boxed, btoken)
+	return nil, true, l.quorumError(OpAcquire, tg.name, t, reason, sentinel)
 }
 
-// acquireArgs builds the acquire script's EVALSHA (see acquire.lua): the
-// keys, then the restart marker when the guard is on.
+// acquireArgs builds the acquire script's EVALSHA (see acquire.lua).
 func (l *Locker) acquireArgs(tg target, btoken any) []any {
 	keys, argv := tg.boxed, []any{btoken, l.ttlArg}
 	if l.cfg.guard {
@@ -241,22 +222,8 @@ func (l *Locker) acquireArgs(tg target, btoken any) []any {
 	return scripts[OpAcquire].evalsha(keys, argv...)
 }
 
-// classifyAcquire reads the acquire script's answer.
-func classifyAcquire(val int64) (uint8, error) {
-	switch {
-	case val == 1:
-		return stYes, nil
-	case val == 0:
-		return stNo, nil
-	case val < 0:
-		return stFailed, warmingError(val)
-	}
-	return stFailed, fmt.Errorf("quorum: unexpected acquire answer %d", val)
-}
-
-// fence asks the Fencer for the fence of each of the lease's keys, in
-// order, within the validity. A failure releases the lease and is not
-// retried; running out of validity releases it and may be retried.
+// fence asks the Fencer for each key's fence, in order, within the validity.
+// Either failure releases the lease; only running out of validity is retried.
 func (l *Locker) fence(ctx context.Context, lease *Lease, c *call) (*Lease, bool, error) {
 	fctx, cancel := context.WithDeadline(ctx, lease.until)
 	fences := make([]int64, len(lease.keys))
@@ -270,12 +237,11 @@ func (l *Locker) fence(ctx context.Context, lease *Lease, c *call) (*Lease, bool
 		lease.arm()
 		return lease, true, nil
 	}
-	lease.end(stateReleased, nil, 0)
-	l.undo(ctx, c, lease.boxed, lease.btoken)
+	lease.end(nil, 0)
+	c.undo(lease.boxed, lease.btoken)
 	if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 		return nil, false, fmt.Errorf("quorum: lock %q: fence: %w", lease.name, err)
 	}
-	t := newTally(len(l.nodes))
-	t.ok = l.quorum
-	return nil, true, l.quorumError(OpAcquire, lease.name, t, nil, "the fencer answered after the validity ran out", ErrQuorumUnavailable)
+	t := tally{n: len(l.nodes), quorum: l.quorum, ok: l.quorum}
+	return nil, true, l.quorumError(OpAcquire, lease.name, t, "the fencer answered after the validity ran out", ErrQuorumUnavailable)
 }

@@ -9,31 +9,26 @@ import (
 )
 
 // Do acquires key like Lock, runs fn while a watchdog keeps the lease
-// extended, then releases it.
+// extended, then releases it, even when fn panics.
 //
-// The watchdog extends the lease to the Locker's TTL every watchdog interval
-// (WithWatchdogInterval), and retries an unclear extension
-// (ErrExtendUnconfirmed) after half a node timeout. fn's context is
-// cancelled, with a cause matching ErrLeaseLost (see context.Cause), as soon
-// as the lease is lost, and at the latest the safety margin
-// (WithSafetyMargin) before Until when no extension got through: fn should
-// then stop touching the protected resource at once.
+// The watchdog extends the lease to the TTL every watchdog interval, and
+// retries an unclear extension after half a node timeout. fn's context is
+// cancelled, with a cause matching ErrLeaseLost (context.Cause), as soon as
+// the lease is lost, and at the latest the safety margin before Until when
+// no extension got through: fn should then stop touching the resource.
 //
 // Do returns the acquisition error when the lock was not acquired (fn is
 // not called). Otherwise it returns fn's error, joined with an error
-// matching ErrLeaseLost when the lease was lost while fn ran: the watchdog
-// lost it, the safety margin was reached, or the final Unlock found the
-// token gone from a majority (a node restarted, a key was evicted). The
-// release runs even when fn panics; one that some nodes did not confirm is
-// reported to the Observer, not returned. No goroutine started by Do
-// outlives it.
+// matching ErrLeaseLost when the lease was lost while fn ran (the watchdog
+// lost it, the margin was reached, or the final Unlock found the token gone
+// from a majority); an unconfirmed release goes to the Observer only. No
+// goroutine started by Do outlives it.
 func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error) error {
 	return l.DoMulti(ctx, []string{key}, fn)
 }
 
 // DoMulti is Do on a multi-key lease (see LockMulti): the watchdog extends
-// every key at once, and a key gone from a majority of nodes loses the
-// whole lease.
+// every key at once; a key gone from a majority of nodes loses the lease.
 func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	if fn == nil {
 		return errors.New("quorum: Do: fn is nil")
@@ -58,10 +53,9 @@ func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context
 	return fn(fctx, lease)
 }
 
-// keepalive keeps one lease alive for Do, apart from the Lease as etcd's
-// Session is apart from its Mutex: a watchdog goroutine extends the lease,
-// and a timer of its own cancels fn's context at the safety margin, even
-// while the watchdog waits on an extension.
+// keepalive keeps a lease alive for Do, as etcd's Session does a Mutex: a
+// watchdog goroutine extends it, and a timer of its own cancels fn's context
+// at the safety margin, even while the watchdog waits on an extension.
 type keepalive struct {
 	l      *Locker
 	lease  *Lease
@@ -84,7 +78,6 @@ func (l *Locker) keepAlive(ctx context.Context, lease *Lease, cancel context.Can
 	return k
 }
 
-// untilMargin is how long until the safety margin begins.
 func (k *keepalive) untilMargin() time.Duration {
 	return time.Until(k.lease.Until()) - k.l.cfg.margin
 }
@@ -111,8 +104,7 @@ func (k *keepalive) marginReached() {
 	k.cancel(k.lost)
 }
 
-// watch extends the lease until close, and cancels fn's context with the
-// loss as cause when the lease is lost.
+// watch extends the lease until close, and ends fn's context if it is lost.
 func (k *keepalive) watch(ctx context.Context) {
 	defer close(k.done)
 	next := time.NewTimer(k.l.cfg.watchdog)

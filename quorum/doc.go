@@ -1,6 +1,5 @@
 // Package quorum is a Redlock locker, meant to be embedded in services: it
-// grants a lease on a key when a majority of N independent Redis masters
-// agree.
+// grants a lease on a key when a majority of N independent Redis masters agree.
 //
 //	l, err := quorum.New(clients, quorum.WithTTL(10*time.Second))
 //	defer l.Close()
@@ -14,18 +13,12 @@
 //
 //	err := l.Do(ctx, "stock:42", func(ctx context.Context, lease *quorum.Lease) error { ... })
 //
-// An attempt sends SET key token NX PX ttl (a Lua script, by EVALSHA), with
-// a token of at least 128 random bits, to all nodes at once, each request
-// bounded by the node timeout, and returns as soon as a majority (N/2+1)
-// granted the key or can no longer. The lease ends at
-// start + TTL - (TTL*driftFactor + 2ms) on the monotonic clock, start taken
-// before the first request left. A failed attempt is undone in the
-// background; Lock retries after a full-jitter backoff, or sooner when the
-// nodes announce the key's release. Extend and Unlock need a majority too,
-// and an unclear outcome only ever moves Until earlier. Keys and tokens are
-// used verbatim, so other Redlock clients (redsync) on the same keys
-// exclude and are excluded. Each node has a worker per lane that sends its
-// requests in order, concurrent callers' requests as one pipeline.
+// An attempt sends SET key token NX PX ttl (in a Lua script) to all nodes
+// at once and returns as soon as a majority (N/2+1) granted the key or can
+// no longer; the lease ends at start + TTL - (TTL*driftFactor + 2ms) on the
+// monotonic clock. Lock retries after a full-jitter backoff, or sooner when
+// the nodes announce the key's release. Keys and tokens are used verbatim,
+// so other Redlock clients (redsync) on the same keys exclude and are excluded.
 //
 // While a lease is valid no other Redlock client holds its key, provided
 // holder pauses stay shorter than the validity left, clocks drift less than
@@ -34,7 +27,6 @@
 // expired: protect the resource with a fence (WithFencer). The repository
 // README states the assumptions in full, with the runs that test them.
 //
-// An Observer (WithObserver) hears every acquisition, node error,
-// extension, release and lost lease; package quorumprom adapts it to
-// Prometheus. The package depends only on go-redis and the standard library.
+// An Observer (WithObserver) hears every acquisition, node error, extension,
+// release and lost lease; package quorumprom adapts it to Prometheus.
 package quorum

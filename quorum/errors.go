@@ -14,13 +14,11 @@ var (
 	ErrNotAcquired = errors.New("quorum: lock is held by another owner")
 
 	// ErrQuorumUnavailable means no majority could grant the lock in time
-	// (nodes failed, timed out or were warming up), or the vote left no
-	// validity.
+	// (nodes failed, timed out or were warming), or the vote left no validity.
 	ErrQuorumUnavailable = errors.New("quorum: not enough nodes available for a majority")
 
-	// ErrLeaseLost means the lease is no longer held, or may not be: its
-	// validity ran out, the token is gone from so many nodes that no
-	// majority can hold it, or (from Do) the safety margin was reached.
+	// ErrLeaseLost means the lease is, or may be, no longer held: its validity
+	// ran out, its token is gone from too many nodes, or Do's margin was reached.
 	ErrLeaseLost = errors.New("quorum: lease lost")
 
 	// ErrNodeWarming is the error of a node that may not vote yet after a
@@ -28,8 +26,7 @@ var (
 	ErrNodeWarming = errors.New("quorum: node is warming up after a restart")
 
 	// ErrNodeTimeout is the error of a node that did not answer within the
-	// node timeout. It does not match context.DeadlineExceeded, which is
-	// kept for the caller's own context.
+	// node timeout; context.DeadlineExceeded is kept for the caller's context.
 	ErrNodeTimeout = errors.New("quorum: node did not answer in time")
 
 	// ErrUnlockUnconfirmed means no majority confirmed the release in time;
@@ -78,10 +75,9 @@ const (
 // String returns "acquire", "extend" or "release".
 func (o Op) String() string { return name(o, "acquire", "extend", "release") }
 
-// QuorumError describes an operation that did not get what it needed from
-// the nodes. errors.Is matches its sentinel (ErrNotAcquired,
-// ErrQuorumUnavailable, ErrLeaseLost, ErrExtendUnconfirmed or
-// ErrUnlockUnconfirmed) and every node error in Nodes.
+// QuorumError describes an operation that did not get what it needed from the
+// nodes. errors.Is matches its sentinel (ErrNotAcquired, ErrQuorumUnavailable,
+// ErrLeaseLost, ErrExtendUnconfirmed, ErrUnlockUnconfirmed) and each of Nodes.
 type QuorumError struct {
 	Op        Op          // the operation
 	Key       string      // the lock key

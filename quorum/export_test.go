@@ -46,3 +46,6 @@ func (l *Locker) Queued(node int) int {
 	}
 	return n
 }
+
+// answered returns how many nodes have answered so far.
+func (t tally) answered() int { return t.ok + t.held + t.failed }

@@ -15,22 +15,18 @@ import (
 	"time"
 )
 
-// request is one run of op's script on a set of nodes at once. send is
-// the only place that hands requests to the nodes' workers.
+// request is one run of op's script on a set of nodes at once (see send).
 type request struct {
 	op       Op
 	key      string   // the target's name (see target)
 	keys     []string // the target's keys
 	args     []any    // EVALSHA sha numkeys keys... args...: built once for every node
 	deadline time.Time
-	targets  []int // the nodes asked; nil means every node
-	fast     bool  // on the fast lane (see lanes)
-	detached bool  // runs to its deadline even if the caller's context ends first
-	counted  bool  // the sender holds an in-flight count for it (see releaseBG)
-	// onAnswer sees every answer as it arrives, even after the caller
-	// stopped reading: how a call that returned early learns how its
-	// stragglers ended.
-	onAnswer func(nodeResult)
+	targets  []int            // the nodes asked; nil means every node
+	fast     bool             // on the fast lane (see lanes)
+	detached bool             // runs to its deadline even if the caller's context ends first
+	counted  bool             // the sender holds an in-flight count for it (see releaseBG)
+	onAnswer func(nodeResult) // sees every answer, even after the caller stopped reading
 }
 
 // nodeResult is one node's answer to one request.
@@ -40,8 +36,7 @@ type nodeResult struct {
 	err  error
 }
 
-// call is a request under way: the workers add answers (deliver), the
-// caller takes them in arrival order (next).
+// call is a request under way: workers deliver answers, next takes them in order.
 type call struct {
 	l        *Locker
 	req      request
@@ -59,9 +54,8 @@ type call struct {
 	undoArgs []any // once undone: the release of what the call won (see undo)
 }
 
-// send starts r on its targets and returns the call. Each node request is
-// counted in the in-flight work Close waits for; after Close, every target
-// answers ErrClosed at once.
+// send starts r on its targets (the one way to the workers) and returns the
+// call. Close waits for each node request; after Close, all answer ErrClosed.
 func (l *Locker) send(ctx context.Context, r request) *call {
 	n := len(l.nodes)
 	if r.targets != nil {
@@ -89,7 +83,6 @@ func (l *Locker) send(ctx context.Context, r request) *call {
 	return c
 }
 
-// target returns the node of the call's i-th request.
 func (c *call) target(i int) int {
 	if c.req.targets == nil {
 		return i
@@ -97,10 +90,9 @@ func (c *call) target(i int) int {
 	return c.req.targets[i]
 }
 
-// deliver hands node i's answer to the call. The Observer hears every node
-// error here, even after the vote was decided. An undone acquisition's
-// answer that may have set the key is released at once, by the same
-// worker, so after the SET it answers.
+// deliver hands node i's answer to the call; the Observer hears every node
+// error here. An undone acquisition's answer that may have set the key is
+// released at once, by the same worker, so after the SET it answers.
 func (c *call) deliver(i int, v int64, err error) {
 	oerr := err
 	if err == nil && c.req.op == OpAcquire && v < 0 {
@@ -123,8 +115,7 @@ func (c *call) deliver(i int, v int64, err error) {
 	c.l.inflight.Done()
 }
 
-// add records an answer, or, once the call was undone, returns the release
-// arguments the answer may need instead.
+// add records an answer or, once undone, returns the release args it needs.
 func (c *call) add(r nodeResult) []any {
 	c.mu.Lock()
 	if c.undoArgs != nil {
@@ -148,10 +139,16 @@ func (c *call) take() (nodeResult, bool) {
 	return nodeResult{}, false
 }
 
+// answered reports whether node n's answer was taken (see next).
+func (c *call) answered(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.res[:c.taken], func(r nodeResult) bool { return r.node == n })
+}
+
 // next returns the next answer, or false once the deadline passed (or the
-// caller's context ended) and none is waiting. An answer delivered before
-// the call's context was cancelled is always returned: the last request
-// cancels it only after delivering.
+// caller's context ended) and none is waiting. The last request cancels
+// the call's context only after delivering, so no answer is missed.
 func (c *call) next() (nodeResult, bool) {
 	var stop <-chan struct{}
 	if c.req.detached {
@@ -171,29 +168,11 @@ func (c *call) next() (nodeResult, bool) {
 	}
 }
 
-// undo marks the call undone and returns the nodes among the answers so
-// far that may hold what the call set; later ones are released with args
-// as they arrive (see deliver).
-func (c *call) undo(args []any) []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.undoArgs = args
-	var nodes []int
-	for _, r := range c.res {
-		if mayHold(r) {
-			nodes = append(nodes, r.node)
-		}
-	}
-	return nodes
-}
-
-// mayHold reports whether an acquire answer means the node may hold the
-// key: it granted it, or failed (the SET may have been applied).
+// mayHold: the node granted the key, or failed (the SET may have applied).
 func mayHold(r nodeResult) bool { return r.err != nil || r.val == 1 }
 
-// ctxErr returns ctx's error, or DeadlineExceeded once its deadline passed
-// even before its timer fired: a socket deadline derived from it can fire
-// first, and that is the caller's deadline, not a node's timeout.
+// ctxErr returns ctx's error, or DeadlineExceeded once its deadline passed,
+// even before its timer fired (a socket deadline derived from it may fire first).
 func ctxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -205,8 +184,7 @@ func ctxErr(ctx context.Context) error {
 }
 
 // lateError is the error of a node that gave no answer by the deadline, or
-// whose request it dropped unsent: ErrNodeTimeout, or the caller's context
-// error if that ended.
+// whose request was dropped unsent: ErrNodeTimeout, or the caller's ctx error.
 func (c *call) lateError(unsent bool) error {
 	if err := ctxErr(c.parent); err != nil {
 		return err
@@ -219,8 +197,7 @@ func (c *call) lateError(unsent bool) error {
 
 // nodeErr maps an error of c's request: one cut off by the call's own
 // deadline or a socket timeout, not by the caller, is a node timeout. The
-// socket deadline may fire a moment before the context reports it, so the
-// clock and the error's kind count too.
+// socket deadline may fire before the context reports it, hence the clock.
 func (c *call) nodeErr(err error) error {
 	if err == nil || ctxErr(c.parent) != nil {
 		return err
@@ -244,48 +221,38 @@ func newLuaScript(src string) *luaScript {
 	return &luaScript{src: src, bsha: hex.EncodeToString(h[:])}
 }
 
-// evalsha returns the arguments of an EVALSHA of the script on keys (boxed)
-// with argv.
+// evalsha returns the arguments of an EVALSHA of the script on keys, argv.
 func (s *luaScript) evalsha(keys []any, argv ...any) []any {
 	a := append(make([]any, 0, 3+len(keys)+len(argv)), "evalsha", s.bsha, len(keys))
 	return append(append(a, keys...), argv...)
 }
 
-// target is what one lease locks: one key, or several, sorted and
-// distinct, taken all or nothing on each node.
+// target is what a lease locks: its keys, sorted and distinct, all or nothing.
 type target struct {
 	name  string   // the key, or the keys joined by "," (the Observer's, the errors')
 	keys  []string // sorted, distinct
 	boxed []any    // the keys boxed once, for every request's arguments
 }
 
-// newTarget checks keys and returns them as a target.
 func newTarget(keys []string) (target, error) {
 	ks := slices.Clone(keys)
 	slices.Sort(ks)
 	ks = slices.Compact(ks)
-	if len(ks) == 0 {
+	switch {
+	case len(ks) == 0:
 		return target{}, errors.New("quorum: no key")
+	case ks[0] == "": // sorts first
+		return target{}, errors.New("quorum: empty key")
+	case slices.Contains(ks, BootMarkerKey):
+		return target{}, fmt.Errorf("quorum: key %q is reserved for the restart marker", BootMarkerKey)
 	}
 	t := target{name: strings.Join(ks, ","), keys: ks, boxed: make([]any, len(ks))}
 	for i, k := range ks {
-		switch k {
-		case "":
-			return target{}, errors.New("quorum: empty key")
-		case BootMarkerKey:
-			return target{}, fmt.Errorf("quorum: key %q is reserved for the restart marker", k)
-		}
 		t.boxed[i] = k
 	}
 	return t, nil
 }
 
-// overlaps reports whether two requests share a key.
 func (r request) overlaps(o request) bool {
-	for _, k := range r.keys {
-		if slices.Contains(o.keys, k) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(r.keys, func(k string) bool { return slices.Contains(o.keys, k) })
 }

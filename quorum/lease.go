@@ -2,24 +2,18 @@ package quorum
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 )
 
-type leaseState uint8
-
-const (
-	stateHeld leaseState = iota
-	stateLost
-	stateReleased
-)
-
-// Lease is a held lock: the right to act on its key until Until, provided
-// the package's timing assumptions hold. It is ownership only; keeping it
-// alive is Do's job (see keepalive). Its methods are safe for concurrent use.
+// Lease is a held lock: the right to act on its keys until Until, provided
+// the timing assumptions hold. Do keeps one alive. Safe for concurrent use.
 type Lease struct {
 	l           *Locker
 	target                // the keys
@@ -35,8 +29,8 @@ type Lease struct {
 
 	mu     sync.Mutex
 	until  time.Time
-	state  leaseState
-	err    error // why the lease ended (nil while held)
+	ended  bool
+	err    error // why the lease was lost; nil while held or once released, until Err
 	lost   chan struct{}
 	moved  chan struct{} // capacity 1: until changed
 	timer  *time.Timer   // fires at until (nil until armed)
@@ -48,7 +42,7 @@ type Lease struct {
 func (le *Lease) arm() {
 	le.mu.Lock() // expire may run at once; it must see the timer
 	defer le.mu.Unlock()
-	if le.state == stateHeld && le.timer == nil {
+	if !le.ended && le.timer == nil {
 		le.timer = time.AfterFunc(time.Until(le.until), le.expire)
 	}
 }
@@ -59,18 +53,14 @@ func (le *Lease) Key() string { return le.keys[0] }
 // Keys returns the locked keys, sorted.
 func (le *Lease) Keys() []string { return slices.Clone(le.keys) }
 
-// Token returns the lease's random token: the value of its keys on the
-// nodes that granted them (at least 128 random bits).
+// Token returns the lease's token, its keys' value: at least 128 random bits.
 func (le *Lease) Token() string { return le.token }
 
-// Fence returns the fence token of Key from the configured Fencer, or 0
-// when no Fencer is set. Pass it to the protected resource with every
-// write.
+// Fence returns Key's fence token (0 without a Fencer): pass it with every write.
 func (le *Lease) Fence() int64 { return le.FenceOf(le.keys[0]) }
 
-// FenceOf returns the fence token of key, one of the lease's keys: each key
-// has its own, from the sequence every lease on that key draws from. It is
-// 0 without a Fencer or for a key the lease does not hold.
+// FenceOf returns the fence token of key, from the sequence of every lease
+// on key; 0 without a Fencer or for a key the lease does not hold.
 func (le *Lease) FenceOf(key string) int64 {
 	if i, ok := slices.BinarySearch(le.keys, key); ok && le.fences != nil {
 		return le.fences[i]
@@ -78,18 +68,16 @@ func (le *Lease) FenceOf(key string) int64 {
 	return 0
 }
 
-// Until returns the end of the lease's validity: the start of the
-// acquiring vote (or of the last extension) plus the TTL minus the drift
-// allowance. It carries a monotonic clock reading: compare it with
-// time.Now, not a wall clock.
+// Until returns the end of the validity: the start of the acquiring vote (or
+// last extension) + TTL - drift allowance, monotonic: compare with time.Now.
 func (le *Lease) Until() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	return le.until
 }
 
-// Lost returns a channel that is closed when the lease ends: its validity ran
-// out, an extension failed, or Unlock was called. Err tells which.
+// Lost returns a channel closed when the lease ends: its validity ran out,
+// an extension failed, or Unlock was called. Err tells which.
 func (le *Lease) Lost() <-chan struct{} { return le.lost }
 
 // Err returns nil while the lease is held, then an error matching
@@ -97,24 +85,53 @@ func (le *Lease) Lost() <-chan struct{} { return le.lost }
 func (le *Lease) Err() error {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	if le.state == stateReleased && le.err == nil {
+	if le.ended && le.err == nil {
 		le.err = fmt.Errorf("quorum: %q: %w", le.name, ErrReleased)
 	}
 	return le.err
 }
 
-// end moves a held lease to state with err and closes Lost, after telling
-// the Observer of a loss (reason not 0), so that whoever wakes on Lost
-// finds it recorded. It returns false when the lease had already ended or,
-// for an expiry, when an extension moved Until meanwhile.
-func (le *Lease) end(state leaseState, err error, reason LostReason) bool {
+// TokenDigest returns the first 8 hex digits of a token's SHA-256: it names a
+// lease in logs and tools (quorumctl) without revealing the token, which lets
+// its reader release or extend the lease. It tells apart one key's few leases.
+func TokenDigest(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:4])
+}
+
+// TokenDigest returns TokenDigest of the lease's token: safe to log.
+func (le *Lease) TokenDigest() string { return TokenDigest(le.token) }
+
+// LogValue makes a lease safe to pass to log/slog: it logs as a group of
+// its key, token digest, fence and the validity left, never the token.
+func (le *Lease) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("key", le.name),
+		slog.String("token", le.TokenDigest()),
+		slog.Duration("valid_for", max(time.Until(le.Until()), 0)),
+	}
+	if f := le.Fence(); f != 0 {
+		attrs = append(attrs, slog.Int64("fence", f))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// String describes the lease for humans: key and token digest, never the token.
+func (le *Lease) String() string {
+	return "lease " + le.name + " token " + le.TokenDigest()
+}
+
+// end ends a held lease, lost with err for reason or (reason 0) released. It
+// reports a loss before closing Lost, for whoever wakes on it, and returns false
+// if the lease had ended or, for an expiry, an extension moved Until meanwhile.
+func (le *Lease) end(err error, reason LostReason) bool {
 	le.mu.Lock()
-	held := le.state == stateHeld
+	held := !le.ended
 	if d := time.Until(le.until); held && reason == LostExpired && d > 0 {
 		le.timer.Reset(d)
 		held = false
 	} else if held {
-		le.state, le.err = state, err
+		le.ended, le.err = true, err
 		if le.timer != nil {
 			le.timer.Stop()
 		}
@@ -131,26 +148,23 @@ func (le *Lease) end(state leaseState, err error, reason LostReason) bool {
 
 // expire runs when the validity timer fires.
 func (le *Lease) expire() {
-	le.end(stateLost, fmt.Errorf("quorum: %q: %w: validity ran out", le.name, ErrLeaseLost), LostExpired)
+	le.end(fmt.Errorf("quorum: %q: %w: validity ran out", le.name, ErrLeaseLost), LostExpired)
 }
 
-// Extend sets the keys' TTL to ttl on every node that still holds the
-// token on every key (compare-and-pexpire, all or nothing per node). It succeeds when a majority confirms before the
-// current validity ends; Until then becomes the extension's start plus ttl
-// minus the drift allowance, and is never in the past.
-//
+// Extend sets the keys' TTL to ttl (which obeys WithTTL's rule) on every node
+// that still holds the token on every key (compare-and-pexpire, all or nothing
+// per node); on an ended lease it fails with ErrLeaseLost. It succeeds when a
+// majority confirms before the validity ends; Until then becomes the
+// extension's start plus ttl minus the drift allowance, never in the past.
 // Otherwise Until only ever moves earlier:
 //   - When a majority answered that the token is gone, or the validity ran
 //     out, the lease is lost: Lost is closed and the error matches
 //     ErrLeaseLost (a *QuorumError listing the nodes).
 //   - When the outcome is unclear (nodes timed out or failed, or ctx
-//     ended), the nodes may or may not have applied the new TTL: Until
-//     becomes the earlier of its value and what the new TTL would give, and
-//     the error matches ErrExtendUnconfirmed (and ctx.Err()). The lease
-//     stays held until then, so Extend may be tried again.
-//
-// On a lease that already ended it returns an error matching ErrLeaseLost.
-// ttl obeys the same rule as WithTTL.
+//     ended), the new TTL may or may not apply: Until becomes the earlier
+//     of its value and what the new TTL gives, and the error matches
+//     ErrExtendUnconfirmed (and ctx.Err()). The lease stays held until
+//     then, so Extend may be tried again.
 func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l := le.l
 	if err := l.cfg.checkTTL(ttl); err != nil {
@@ -172,24 +186,23 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	c := l.send(ctx, request{op: OpExtend, key: le.name, keys: le.keys, fast: le.fast,
 		args: scripts[OpExtend].evalsha(le.boxed, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
-	v := l.collect(c, stopDecided, classifyYesNo, newTally(len(l.nodes)))
-	ev := ExtendEvent{Key: le.name, Duration: time.Since(start), Confirmed: v.t.ok}
-	return le.settleExtend(ctx, v, until, l.cfg.leaseEnd(start, ttl), ev)
+	t := l.collect(c, stopDecided, newTally(len(l.nodes)))
+	ev := ExtendEvent{Key: le.name, Duration: time.Since(start), Confirmed: t.ok}
+	return le.settleExtend(ctx, t, until, l.cfg.leaseEnd(start, ttl), ev)
 }
 
-// settleExtend applies an extension's vote to the lease (see Extend) and
-// reports ev to the Observer.
-func (le *Lease) settleExtend(ctx context.Context, v vote, until, end time.Time, ev ExtendEvent) error {
+// settleExtend applies an extension's vote to the lease and the Observer.
+func (le *Lease) settleExtend(ctx context.Context, t tally, until, end time.Time, ev ExtendEvent) error {
 	l := le.l
 	now := time.Now()
-	won := v.t.verdict() == won
+	won := t.verdict() == won
 	var reason string
 	switch {
 	case won && now.Before(until) && now.Before(end):
 		if !le.moveUntil(end, false) {
 			return le.endedError()
 		}
-	case v.t.held >= l.quorum:
+	case t.held >= l.quorum:
 		reason = "the token is gone from a majority"
 	case won && !now.Before(until):
 		reason = "the validity ran out before the majority confirmed"
@@ -201,27 +214,26 @@ func (le *Lease) settleExtend(ctx context.Context, v vote, until, end time.Time,
 		if !le.moveUntil(earlier(until, end), true) {
 			return le.endedError()
 		}
-		ev.Err = l.quorumError(OpExtend, le.name, v.t, v.errs, "", ErrExtendUnconfirmed)
+		ev.Err = l.quorumError(OpExtend, le.name, t, "", ErrExtendUnconfirmed)
 		if cerr := ctxErr(ctx); cerr != nil {
 			ev.Err = fmt.Errorf("quorum: extend %q: %w: %w", le.name, cerr, ev.Err)
 		}
 	}
 	if reason != "" {
-		ev.Err = l.quorumError(OpExtend, le.name, v.t, v.errs, reason, ErrLeaseLost)
+		ev.Err = l.quorumError(OpExtend, le.name, t, reason, ErrLeaseLost)
 	}
 	l.cfg.observer.ObserveExtend(ev)
-	if reason != "" && !le.end(stateLost, ev.Err, LostExtendFailed) {
+	if reason != "" && !le.end(ev.Err, LostExtendFailed) {
 		return le.endedError()
 	}
 	return ev.Err
 }
 
-// moveUntil sets the validity to u (only earlier, with onlyEarlier), or
-// returns false when the lease has ended.
+// moveUntil sets Until to u (only earlier, with onlyEarlier) if still held.
 func (le *Lease) moveUntil(u time.Time, onlyEarlier bool) bool {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	if le.state != stateHeld {
+	if le.ended {
 		return false
 	}
 	if !onlyEarlier || u.Before(le.until) {

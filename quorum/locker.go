@@ -1,20 +1,17 @@
 package quorum
 
 import (
+	"context"
 	_ "embed" // the Lua scripts
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// BootMarkerKey is the key of the restart marker on every node: the run_id
-// of the process TrustNode vouched for or, with WithDurableNodes, of the
-// process that first voted once past the window. It must never be given a
-// TTL or be evicted.
-const BootMarkerKey = "quorumlock:boot"
 
 var (
 	//go:embed scripts/acquire.lua
@@ -24,14 +21,46 @@ var (
 	//go:embed scripts/extend.lua
 	extendSrc string
 
-	// scripts holds each operation's script.
 	scripts = [...]*luaScript{OpAcquire: newLuaScript(acquireSrc), OpExtend: newLuaScript(extendSrc), OpRelease: newLuaScript(releaseSrc)}
 )
 
+// BootMarkerKey is the key of the restart marker on every node: the run_id
+// of the process TrustNode vouched for or (WithDurableNodes) that first voted
+// once past the window. It must never be given a TTL or be evicted.
+const BootMarkerKey = "quorumlock:boot"
+
+// TrustNode tells the restart guard that node c has not forgotten any lock
+// key it acknowledged (it is new, or an operator checked its data), so it may
+// vote before its uptime reaches the restart window, until it restarts (the
+// trust is tied to its run_id). Never use it to skip an unplanned restart's wait.
+func TrustNode(ctx context.Context, c redis.Cmdable) error {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("quorum: trust node: %w", err)
+	}
+	id := infoField(info, "run_id")
+	if id == "" {
+		return fmt.Errorf("quorum: trust node: INFO server has no run_id")
+	}
+	if err := c.Set(ctx, BootMarkerKey, id, 0).Err(); err != nil {
+		return fmt.Errorf("quorum: trust node: %w", err)
+	}
+	return nil
+}
+
+// infoField returns the value of field in an INFO reply, or "".
+func infoField(info, field string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // Locker acquires leases on keys by majority vote over independent Redis
-// masters (Redlock). It is safe for concurrent use. Close it when done: it
-// runs the nodes' workers and, once a Lock has waited, one Pub/Sub
-// connection per node.
+// masters (Redlock). It is safe for concurrent use. Close it when done: it runs
+// the nodes' workers and, once a Lock has waited, a Pub/Sub connection per node.
 type Locker struct {
 	nodes       []node
 	quorum      int
@@ -43,11 +72,9 @@ type Locker struct {
 
 	ttlArg, windowArg, durableArg any // boxed once
 
-	// mu orders a new request against Close; inflight counts the node
-	// requests not yet answered, which Close waits for.
-	mu        sync.RWMutex
-	closed    bool
-	inflight  sync.WaitGroup
+	mu        sync.RWMutex   // orders a new request against Close
+	closed    atomic.Bool    // set under mu
+	inflight  sync.WaitGroup // node requests not yet answered, which Close waits for
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -60,97 +87,87 @@ type node struct {
 
 // New returns a Locker over nodes, which must be independent Redis masters
 // (not replicas, not the same server twice). Use an odd number: 2f+1 nodes
-// keep working with f nodes down. New names every problem it finds: no
-// nodes, a nil client, a client or address given twice, invalid options.
+// keep working with f nodes down. New reports every problem it finds.
 //
 // Every node request must end at the node timeout and must not be retried
 // behind the Locker's back (a retried release cannot tell "deleted by my
 // first try" from "never mine"). A *redis.Client whose options ensure both
-// (ContextTimeoutEnabled, MaxRetries -1, no negative Read/WriteTimeout) is
-// used as given. For any other *redis.Client New opens its own client from
-// a copy of its options with those settings corrected, and Close closes
-// it; hooks on the given client do not see the Locker's requests then.
-// Other UniversalClients are used as given.
+// (ContextTimeoutEnabled, MaxRetries -1, no negative Read/WriteTimeout), and
+// any other UniversalClient, is used as given. For other *redis.Clients New
+// opens its own client with those settings corrected, which Close closes
+// (hooks on the given client do not see the Locker's requests).
 func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("quorum: New: no nodes given")
 	}
 	cfg := defaultConfig()
-	var errs []error
+	var p problems
 	for i, o := range opts {
 		if o == nil {
-			errs = append(errs, fmt.Errorf("option %d is nil", i))
+			p.bad("option %d is nil", i)
 		} else if err := o(&cfg); err != nil {
-			errs = append(errs, err)
+			p = append(p, err)
 		}
 	}
 	l := &Locker{nodes: make([]node, len(nodes)), quorum: majority(len(nodes)), stop: make(chan struct{})}
-	errs = append(errs, l.checkNodes(nodes, cfg.guard)...)
-	if err := cfg.resolve(); err != nil {
-		errs = append(errs, err)
+	l.checkNodes(nodes, cfg.guard, &p)
+	cfg.resolve(&p)
+	if len(p) > 0 {
+		return nil, fmt.Errorf("quorum: New: %w", errors.Join(p...))
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("quorum: New: %w", errors.Join(errs...))
+	l.cfg = cfg
+	l.wk = &waker{l: l, keys: map[string][]*waiter{}, subscribed: map[string]bool{}}
+	l.ttlArg, l.windowArg, l.durableArg = cfg.ttl.Milliseconds(), cfg.window.Milliseconds(), "0"
+	if cfg.durable {
+		l.durableArg = "1"
 	}
 	for i, n := range l.nodes {
 		if c, ok := n.client.(*redis.Client); ok && needsOwn(c.Options()) {
 			own := ownClient(c)
 			l.nodes[i].client, l.nodes[i].own = own, own
 		}
-	}
-	l.cfg = cfg
-	l.wk = newWaker(l)
-	l.ttlArg, l.windowArg, l.durableArg = cfg.ttl.Milliseconds(), cfg.window.Milliseconds(), "0"
-	if cfg.durable {
-		l.durableArg = "1"
-	}
-	for i := range l.nodes {
 		l.workers = append(l.workers, newNodeLanes(l, i))
 	}
 	return l, nil
 }
 
-// checkNodes records the nodes in l and returns what is wrong with them.
-func (l *Locker) checkNodes(nodes []redis.UniversalClient, guard bool) []error {
-	var errs []error
+// checkNodes records the nodes in l and what is wrong with them in p.
+func (l *Locker) checkNodes(nodes []redis.UniversalClient, guard bool, p *problems) {
 	for i, c := range nodes {
 		if isNilClient(c) {
-			errs = append(errs, fmt.Errorf("nodes[%d] is nil", i))
+			p.bad("nodes[%d] is nil", i)
 			continue
 		}
 		addr := addrOf(c)
 		for j := range i {
 			switch {
 			case nodes[j] == c:
-				errs = append(errs, fmt.Errorf("nodes[%d] is the same client as nodes[%d]: each node must be a distinct master", i, j))
+				p.bad("nodes[%d] is the same client as nodes[%d]: each node must be a distinct master", i, j)
 			case addr != "" && l.nodes[j].addr == addr:
-				errs = append(errs, fmt.Errorf("nodes[%d] and nodes[%d] both address %s: each node must be a distinct master", i, j, addr))
+				p.bad("nodes[%d] and nodes[%d] both address %s: each node must be a distinct master", i, j, addr)
 			}
 		}
 		if guard {
 			switch c.(type) {
 			case *redis.ClusterClient, *redis.Ring:
-				errs = append(errs, fmt.Errorf("nodes[%d] is a %T: with the restart guard each node must be one master (a *redis.Client)", i, c))
+				p.bad("nodes[%d] is a %T: with the restart guard each node must be one master (a *redis.Client)", i, c)
 			}
 		}
 		if rc, ok := c.(*redis.Client); ok && rc.Options().Addr == failoverAddr && needsOwn(rc.Options()) {
 			// A copy would not follow the failovers the original tracks.
-			errs = append(errs, fmt.Errorf("nodes[%d] is a Sentinel failover client that lets a request outlive its deadline or retries it: set ContextTimeoutEnabled: true and MaxRetries: -1 (and no negative Read/WriteTimeout) in its FailoverOptions", i))
+			p.bad("nodes[%d] is a Sentinel failover client that lets a request outlive its deadline or retries it: set ContextTimeoutEnabled: true and MaxRetries: -1 (and no negative Read/WriteTimeout) in its FailoverOptions", i)
 		}
 		l.nodes[i] = node{client: c, addr: addr}
 	}
-	return errs
 }
 
-// needsOwn reports whether options o (as processed by NewClient: MaxRetries
-// 0 means none, a timeout of -1 no deadline at all) let a request outlive
-// its context's deadline or retry it.
+// needsOwn reports whether options o (processed by NewClient: MaxRetries 0 is
+// none, timeout -1 no deadline) let a request outlive its deadline or retry it.
 func needsOwn(o *redis.Options) bool {
 	return !o.ContextTimeoutEnabled || o.MaxRetries != 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0
 }
 
-// ownClient returns a new client to c's node that neither retries nor
-// outlives its context's deadline.
+// ownClient opens a client to c's node that neither retries nor outlives ctx.
 func ownClient(c *redis.Client) *redis.Client {
 	cp := *c.Options()
 	cp.ContextTimeoutEnabled = true
@@ -174,7 +191,7 @@ func ownClient(c *redis.Client) *redis.Client {
 // and Unlock reach no node. Close is idempotent and safe for concurrent use.
 func (l *Locker) Close() error {
 	l.mu.Lock()
-	l.closed = true
+	l.closed.Store(true)
 	l.mu.Unlock()
 	l.inflight.Wait()
 	l.closeOnce.Do(func() {
@@ -192,32 +209,19 @@ func (l *Locker) Close() error {
 	return l.closeErr
 }
 
-func (l *Locker) isClosed() bool {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return l.closed
-}
-
 // enter counts n node requests about to be sent, unless the Locker closed.
 func (l *Locker) enter(n int) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if !l.closed {
+	if !l.closed.Load() {
 		l.inflight.Add(n)
 	}
-	return !l.closed
+	return !l.closed.Load()
 }
 
+// isNilClient reports whether c is nil, or a nil go-redis client.
 func isNilClient(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return c == nil
+	return c == nil || c == (*redis.Client)(nil) || c == (*redis.ClusterClient)(nil) || c == (*redis.Ring)(nil)
 }
 
 // failoverAddr is the address go-redis reports for every Sentinel failover

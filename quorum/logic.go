@@ -1,12 +1,13 @@
 package quorum
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
-// clockMargin, the fixed part of the drift allowance, covers the
-// millisecond granularity of PX expiry.
+// clockMargin, the fixed part of the drift allowance, covers PX's 1ms granularity.
 const clockMargin = 2 * time.Millisecond
 
-// majority returns the number of nodes that forms a majority of n.
 func majority(n int) int { return n/2 + 1 }
 
 // driftAllowance returns ttl*drift + 2ms: the part of a lease given up to
@@ -15,8 +16,7 @@ func driftAllowance(ttl time.Duration, drift float64) time.Duration {
 	return time.Duration(float64(ttl)*drift) + clockMargin
 }
 
-// validity returns ttl - elapsed - (ttl*drift + 2ms): how long a lease
-// with ttl is safe to use, elapsed after its first request left.
+// validity is how long a lease with ttl is safe to use, elapsed after it started.
 func validity(ttl, elapsed time.Duration, drift float64) time.Duration {
 	return ttl - elapsed - driftAllowance(ttl, drift)
 }
@@ -33,18 +33,15 @@ const (
 // tally counts the answers of n nodes to one request.
 type tally struct {
 	n, quorum int
-	ok        int // confirmed
-	held      int // answered "held by another owner" (or "not ours")
-	failed    int // errors, timeouts, warming
+	ok        int         // confirmed
+	held      int         // answered "held by another owner" (or "not ours")
+	failed    int         // errors, timeouts, warming
+	errs      []NodeError // why they failed (see collect)
 }
 
 func newTally(n int) tally { return tally{n: n, quorum: majority(n)} }
 
-// answered returns how many nodes have answered so far.
-func (t tally) answered() int { return t.ok + t.held + t.failed }
-
-// verdict decides as early as possible: won once a majority confirmed,
-// beaten once a majority is out of reach.
+// verdict decides early: won once a majority confirmed, beaten once out of reach.
 func (t tally) verdict() verdict {
 	switch {
 	case t.ok >= t.quorum:
@@ -55,9 +52,8 @@ func (t tally) verdict() verdict {
 	return undecided
 }
 
-// cause classifies a lost vote: ErrNotAcquired when a majority answered
-// that another owner holds the key, or no node failed (a split vote);
-// ErrQuorumUnavailable when node failures kept the majority out of reach.
+// cause classifies a lost vote: ErrNotAcquired when a majority said "held" or
+// no node failed (a split vote), else ErrQuorumUnavailable.
 func (t tally) cause() error {
 	if t.held >= t.quorum || t.failed == 0 {
 		return ErrNotAcquired
@@ -68,13 +64,12 @@ func (t tally) cause() error {
 // backoffCap returns the upper bound of the delay before retry number retry
 // (0 for the first retry): base doubled retry times, never above max.
 func backoffCap(retry int, base, max time.Duration) time.Duration {
-	if base <= 0 || max <= 0 {
+	switch {
+	case base <= 0 || max <= 0:
 		return 0
-	}
-	if base >= max || retry < 0 {
+	case base >= max || retry < 0:
 		return min(base, max)
-	}
-	if retry >= 62 || base > max>>uint(retry) {
+	case retry >= 62 || base > max>>uint(retry):
 		return max
 	}
 	return base << uint(retry)
@@ -88,4 +83,87 @@ func backoffDelay(retry int, base, max time.Duration, randN func(int64) int64) t
 		return 0
 	}
 	return time.Duration(randN(int64(c)))
+}
+
+// A node's answer to one request.
+const (
+	stPending uint8 = iota
+	stYes           // granted, extended or released
+	stNo            // held by another owner, or the token was not there
+	stFailed        // an error or no answer: the request may have been applied
+)
+
+// When collect stops before every target answered.
+const (
+	stopDecided = iota // as soon as a majority said yes, or can no longer
+	stopWon            // as soon as a majority said yes
+)
+
+// collect adds c's answers to t (a retried Unlock's earlier answers; else
+// newTally) until stop says, or the call's deadline or the caller's context
+// ends: the rest then count as failed.
+func (l *Locker) collect(c *call, stop int, t tally) tally {
+	for read := 0; read < c.n; read++ {
+		if vd := t.verdict(); (stop == stopDecided && vd != undecided) || (stop == stopWon && vd == won) {
+			break
+		}
+		r, ok := c.next()
+		if !ok {
+			err := c.lateError(false)
+			for i := range c.n {
+				if n := c.target(i); !c.answered(n) {
+					t.failed++
+					t.errs = append(t.errs, l.nodeError(n, err))
+				}
+			}
+			break
+		}
+		s, err := stFailed, r.err
+		if err == nil {
+			s, err = classify(c.req.op, r.val)
+		}
+		switch {
+		case err != nil:
+			t.failed++
+			t.errs = append(t.errs, l.nodeError(r.node, err))
+		case s == stYes:
+			t.ok++
+		default:
+			t.held++
+		}
+	}
+	return t
+}
+
+// quorumError is the one place that builds a *QuorumError.
+func (l *Locker) quorumError(op Op, key string, t tally, reason string, sentinel error) *QuorumError {
+	return &QuorumError{
+		Op: op, Key: key, N: len(l.nodes), Quorum: l.quorum,
+		Confirmed: t.ok, Held: t.held, Nodes: t.errs, Reason: reason, Err: sentinel,
+	}
+}
+
+func (l *Locker) nodeError(i int, err error) NodeError {
+	return NodeError{Node: i, Addr: l.nodes[i].addr, Err: err}
+}
+
+// warmingError is the node error for the acquire script's answer -ms.
+func warmingError(v int64) error {
+	return fmt.Errorf("%w: %v left", ErrNodeWarming, time.Duration(-v)*time.Millisecond)
+}
+
+// classify reads op's script answer: 1 done, 0 held by another owner (or
+// not our token), else stFailed and a node error (-ms: a warming node).
+func classify(op Op, val int64) (uint8, error) {
+	switch {
+	case val == 1:
+		return stYes, nil
+	case val == 0:
+		return stNo, nil
+	case op != OpAcquire:
+		return stFailed, fmt.Errorf("quorum: unexpected answer %d", val)
+	case val < 0:
+		return stFailed, warmingError(val)
+	}
+	return stFailed, fmt.Errorf("quorum: unexpected acquire answer %d", val)
 }

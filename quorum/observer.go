@@ -7,12 +7,10 @@ import (
 
 // Fencer issues fence tokens: for each key, every call returns a number
 // strictly greater than any it returned before for that key, even across
-// restarts; or, reserving, the number the key's next token will be, taken
-// by the write itself so that at most one write commits each (see
-// fencing.Reserver). With a Fencer (WithFencer), every lease carries one
-// in Fence, and the protected resource must reject a write whose fence is
-// not above the last one it saw: that makes a late holder harmless, which
-// the lock alone cannot.
+// restarts; or, reserving, the key's next token, which the write itself takes
+// so that at most one write commits each (fencing.Reserver). With WithFencer
+// every lease carries one in Fence; the resource must reject a write whose fence
+// is not above the last it saw, making a late holder harmless (the lock cannot).
 type Fencer interface {
 	Next(ctx context.Context, key string) (int64, error)
 }
@@ -69,17 +67,14 @@ type ExtendEvent struct {
 	Err       error // nil on success
 }
 
-// ReleaseEvent reports one Unlock call, or the release after a failed
-// attempt, counting each node once. It comes when the last request has
-// ended, possibly after Unlock returned, and from another goroutine.
+// ReleaseEvent reports one Unlock or failed attempt's release, counting each
+// node once, after the last request ended (maybe after Unlock, from any goroutine).
 type ReleaseEvent struct {
-	Key string
-	// Duration is how long the caller waited for the majority (Unlock),
-	// or until every answer came (a failed attempt's release).
-	Duration time.Duration
-	Released int // nodes where the key held the token and was deleted
-	NotOwner int // nodes that answered 0: the key was absent or held by another owner
-	Failed   int // nodes that did not answer in time
+	Key      string
+	Duration time.Duration // how long Unlock waited for a majority; for a failed attempt, until every answer came
+	Released int           // nodes where the key held the token and was deleted
+	NotOwner int           // nodes that answered 0: the key was absent or held by another owner
+	Failed   int           // nodes that did not answer in time
 }
 
 // LostReason says why a lease was lost.
@@ -94,8 +89,7 @@ const (
 // String returns "expired" or "extend_failed".
 func (r LostReason) String() string { return name(r, "expired", "extend_failed") }
 
-// LostEvent reports a lease that was lost while held (not one released by
-// Unlock).
+// LostEvent reports a lease lost while held (not one released by Unlock).
 type LostEvent struct {
 	Key    string
 	Reason LostReason
@@ -103,11 +97,10 @@ type LostEvent struct {
 }
 
 // Observer receives events from a Locker, synchronously and possibly from
-// several goroutines at once: its methods must be safe for concurrent use
-// and return quickly. Node errors and release events come from the node
-// workers, so an Observer that blocks stalls that node's requests, and one
-// that calls back into the Locker (Lock, Unlock, Close) can deadlock it.
-// Embed NopObserver to implement only some of them.
+// several goroutines at once: its methods must be safe for concurrent use and
+// return quickly. Node errors and release events come from the node workers:
+// an Observer that blocks stalls that node's requests, and one that calls back
+// into the Locker (Lock, Unlock, Close) can deadlock it. Embed NopObserver.
 type Observer interface {
 	ObserveAcquire(AcquireEvent)
 	ObserveNodeError(NodeEvent)

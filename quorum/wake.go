@@ -6,46 +6,34 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // ReleaseChannelPrefix + key is the Pub/Sub channel on which the release
-// script announces that it deleted key, so that Lock waiters retry at once
-// instead of at the end of their backoff.
+// script announces that it deleted key, so that Lock waiters retry at once.
 const ReleaseChannelPrefix = "quorumlock:released:"
 
-// waker wakes this Locker's Lock calls that wait for a key when the nodes
-// announce its release, over one Pub/Sub connection per node. Waiters are
-// served oldest first: the oldest is woken once a majority announced a
-// release since its last attempt (before that it would be refused). The
-// backoff still runs, so a lost message costs latency, never progress.
+// waker wakes the oldest Lock call of this Locker waiting for a key once a
+// majority announced its release since its last attempt (one Pub/Sub
+// connection per node). The backoff still runs: a lost message costs latency.
 type waker struct {
 	l    *Locker
 	mu   sync.Mutex
 	keys map[string][]*waiter // per key, oldest first
 	subs []*redis.PubSub      // per node; nil until the first wait
 
-	// dirty: the subscriptions lag the waiters; syncing: sync runs (both
-	// under mu). sync alone sends (UN)SUBSCRIBE and uses subscribed.
-	dirty, syncing bool
-	subscribed     map[string]bool
+	dirty, syncing bool            // under mu: the subscriptions lag the waiters; sync runs
+	subscribed     map[string]bool // sync's alone, as are (UN)SUBSCRIBE
 	syncs, readers sync.WaitGroup
 }
 
 // waiter is one Lock call waiting for its keys.
 type waiter struct {
-	keys []string
-	wake chan struct{} // capacity 1: a wake-up while it is not waiting is kept
-	// The nodes that announced a release since the last attempt (nodes
-	// 0..63; others count in extra), under the waker's mu.
-	heard uint64
-	extra int
-}
-
-func newWaker(l *Locker) *waker {
-	return &waker{l: l, keys: map[string][]*waiter{}, subscribed: map[string]bool{}}
+	keys  []string
+	wake  chan struct{} // capacity 1: a wake-up while it is not waiting is kept
+	heard uint64        // nodes 0..63 that announced a release since the last attempt (under mu)
+	extra int           // such nodes above 63
 }
 
 // signal sends on a channel of capacity 1 unless a signal is pending.
@@ -56,41 +44,33 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// join queues a waiter for keys (with behind, only when waiters already
-// wait for one of them, so as not to overtake them), or returns nil. A
-// waiter joins every key's queue at once, so the queues never disagree on
-// which of two waiters is older. The first waiter of a key has the nodes
-// announce its releases to this Locker.
+// join queues a waiter for keys, or returns nil: with behind, only behind
+// others waiting for one of them. It joins every key's queue at once, so the
+// queues agree on which waiter is older; a key's first waiter subscribes to it.
 func (w *waker) join(keys []string, behind bool) *waiter {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	waited := slices.ContainsFunc(keys, func(k string) bool { return len(w.keys[k]) > 0 })
-	if w.l.isClosed() || (behind && !waited) {
-		w.mu.Unlock()
+	if w.l.closed.Load() || (behind && !waited) {
 		return nil
 	}
 	if w.subs == nil {
 		w.open()
 	}
 	wt := &waiter{keys: keys, wake: make(chan struct{}, 1)}
-	fresh := false
 	for _, k := range keys {
-		fresh = fresh || len(w.keys[k]) == 0
+		if len(w.keys[k]) == 0 {
+			w.kickSync()
+		}
 		w.keys[k] = append(w.keys[k], wt)
-	}
-	w.mu.Unlock()
-	if fresh {
-		w.kickSync()
 	}
 	return wt
 }
 
-// kickSync has sync run in the background, off Lock's path, by one
-// goroutine at a time.
+// kickSync has one goroutine at a time run sync in the background; w.mu is held.
 func (w *waker) kickSync() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.dirty = true
-	if !w.syncing && !w.l.isClosed() {
+	if !w.syncing && !w.l.closed.Load() {
 		w.syncing = true
 		w.syncs.Go(w.sync)
 	}
@@ -100,12 +80,8 @@ func (w *waker) kickSync() {
 func (w *waker) front(wt *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, k := range wt.keys {
-		if q := w.keys[k]; len(q) == 0 || q[0] != wt {
-			return false
-		}
-	}
-	return true
+	behind := func(k string) bool { return len(w.keys[k]) == 0 || w.keys[k][0] != wt }
+	return !slices.ContainsFunc(wt.keys, behind)
 }
 
 // unregister removes a waiter; the last waiter of a key unsubscribes it.
@@ -114,7 +90,7 @@ func (w *waker) unregister(wt *waiter) {
 		return
 	}
 	w.mu.Lock()
-	emptied := false
+	defer w.mu.Unlock()
 	for _, k := range wt.keys {
 		q := w.keys[k]
 		i := slices.Index(q, wt)
@@ -123,9 +99,8 @@ func (w *waker) unregister(wt *waiter) {
 		}
 		q = slices.Delete(q, i, i+1)
 		if i == 0 && len(q) > 0 {
-			// The oldest leaves: what it heard, and a wake-up it did not
-			// use, pass to the next, or a release it was told of would go
-			// unused.
+			// What the oldest heard, and a wake-up it did not use, pass to
+			// the next, or a release it was told of would go unused.
 			q[0].heard |= wt.heard
 			q[0].extra += wt.extra
 			if len(wt.wake) > 0 {
@@ -135,17 +110,12 @@ func (w *waker) unregister(wt *waiter) {
 		w.keys[k] = q
 		if len(q) == 0 {
 			delete(w.keys, k)
-			emptied = true
+			w.kickSync()
 		}
-	}
-	w.mu.Unlock()
-	if emptied {
-		w.kickSync()
 	}
 }
 
-// open starts one Pub/Sub connection and its reader per node; w.mu must be
-// held.
+// open starts one Pub/Sub connection and its reader per node; w.mu is held.
 func (w *waker) open() {
 	w.subs = make([]*redis.PubSub, len(w.l.nodes))
 	for i, n := range w.l.nodes {
@@ -162,13 +132,12 @@ func (w *waker) read(i int, ps *redis.PubSub) {
 	}
 }
 
-// sync subscribes every node to the channels that have waiters and
-// unsubscribes the others, until no change is left. An unreachable node's
-// waiters fall back to their backoff.
+// sync subscribes every node to the channels that have waiters, and only
+// those, until no change is left (an unreachable node's waiters back off).
 func (w *waker) sync() {
 	for {
 		w.mu.Lock()
-		if !w.dirty || w.l.isClosed() {
+		if !w.dirty || w.l.closed.Load() {
 			w.syncing = false
 			w.mu.Unlock()
 			return
@@ -180,17 +149,7 @@ func (w *waker) sync() {
 		}
 		subs := w.subs
 		w.mu.Unlock()
-		var add, drop []string
-		for ch := range want {
-			if !w.subscribed[ch] {
-				add = append(add, ch)
-			}
-		}
-		for ch := range w.subscribed {
-			if !want[ch] {
-				drop = append(drop, ch)
-			}
-		}
+		add, drop := absent(want, w.subscribed), absent(w.subscribed, want)
 		ctx, cancel := context.WithTimeout(context.Background(), w.l.cfg.nodeTimeout)
 		var wg sync.WaitGroup
 		for _, ps := range subs {
@@ -209,8 +168,18 @@ func (w *waker) sync() {
 	}
 }
 
-// announced records node's release announcement for key, and wakes the
-// oldest waiter once a majority announced since its last attempt.
+// absent returns the keys of a that b lacks.
+func absent(a, b map[string]bool) []string {
+	var ks []string
+	for k := range a {
+		if !b[k] {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// announced records node's announcement, waking key's oldest waiter on a majority.
 func (w *waker) announced(key string, node int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -229,8 +198,7 @@ func (w *waker) announced(key string, node int) {
 	}
 }
 
-// released wakes the oldest waiter of key: this Locker's own Unlock saw a
-// majority release it.
+// released wakes the oldest waiter of key, which this Locker released.
 func (w *waker) released(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -253,23 +221,7 @@ func (w *waker) attempting(wt *waiter) {
 	}
 }
 
-// sleep waits up to d, until wake receives (a nil wake never does) or ctx
-// ends. It reports whether ctx is still live, and whether wake ended it.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) (live, woken bool) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-wake:
-		return true, true
-	case <-t.C:
-		return true, false
-	case <-ctx.Done():
-		return false, false
-	}
-}
-
-// close ends the subscriptions and the goroutines; the Locker is closed
-// already, so no new wait opens one.
+// close ends the subscriptions and goroutines; the closed Locker opens no more.
 func (w *waker) close() {
 	w.mu.Lock()
 	subs := w.subs

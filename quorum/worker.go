@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -10,20 +11,17 @@ import (
 
 // Each node has two lanes, each with its own worker and connection: the
 // main lane, and a fast lane for keys that other Lock calls of this Locker
-// wait for, so that a hand-over does not wait for every other key's batch.
-// Ordering rule: all of a lease's requests take its acquisition's lane, so
-// its release never overtakes its SET.
+// wait for, so a hand-over does not wait for other keys' batches. All of a
+// lease's requests take its acquisition's lane: a release never overtakes its SET.
 const (
 	mainLane = iota
 	fastLane
 	lanes
 )
 
-// nodeWorker sends one lane's requests to one node in order: requests that
-// arrive while a batch is out leave together as the next batch, one
-// pipeline, after the earlier ones returned or timed out. A long-lived
-// goroutine also keeps its grown stack, where one per request would grow a
-// new one through go-redis every time.
+// nodeWorker sends one lane's requests to one node in order: those that
+// arrive while a batch is out leave together as the next, one pipeline. A
+// long-lived goroutine keeps its grown stack (one per request would not).
 type nodeWorker struct {
 	l    *Locker
 	i    int // the node
@@ -34,13 +32,11 @@ type nodeWorker struct {
 	queue []*call
 	spare []*call // the previous batch's slice, reused
 
-	// loaded is false until the node is known to have the scripts (and
-	// again after a NOSCRIPT): a batch then loads them first, since a
-	// pipelined EVALSHA cannot fall back to EVAL in order.
+	// loaded: the node is known to have the scripts; else a batch loads them
+	// first, since a pipelined EVALSHA cannot fall back to EVAL in order.
 	loaded bool
 }
 
-// nodeLanes is one node's workers, one per lane.
 type nodeLanes [lanes]*nodeWorker
 
 func newNodeLanes(l *Locker, i int) *nodeLanes {
@@ -52,7 +48,6 @@ func newNodeLanes(l *Locker, i int) *nodeLanes {
 	return &nl
 }
 
-// submit queues c's request on its lane.
 func (nl *nodeLanes) submit(c *call) {
 	w := nl[mainLane]
 	if c.req.fast {
@@ -77,8 +72,7 @@ func (w *nodeWorker) loop() {
 }
 
 // sendQueued sends what is queued as one batch; false when nothing was. A
-// request whose deadline passed while it waited is not sent: its caller has
-// stopped listening.
+// request whose deadline passed while it waited is not sent: no one listens.
 func (w *nodeWorker) sendQueued() bool {
 	w.mu.Lock()
 	batch := w.queue
@@ -97,17 +91,13 @@ func (w *nodeWorker) sendQueued() bool {
 			live = append(live, c)
 		}
 	}
-	switch len(live) {
-	case 0:
-	case 1:
+	if len(live) == 1 {
 		w.sendOne(live[0])
-	default:
+	} else if len(live) > 1 {
 		w.sendBatch(live)
 	}
 	clear(batch)
-	w.mu.Lock()
-	w.spare = batch
-	w.mu.Unlock()
+	w.spare = batch // only this goroutine touches spare
 	return true
 }
 
@@ -115,27 +105,19 @@ func (w *nodeWorker) sendQueued() bool {
 func (w *nodeWorker) sendOne(c *call) {
 	cmd := redis.NewCmd(c.ctx, c.req.args...)
 	_ = w.conn.Process(c.ctx, cmd)
-	v, err := cmd.Int64()
-	if isNoScript(err) {
+	if isNoScript(cmd.Err()) {
 		cmd = redis.NewCmd(c.ctx, append([]any{"eval", scripts[c.req.op].src}, c.req.args[2:]...)...)
 		_ = w.conn.Process(c.ctx, cmd)
-		v, err = cmd.Int64()
 	}
-	c.deliver(w.i, v, c.nodeErr(err))
+	w.answer(c, cmd)
 }
 
-// sendBatch runs live as one pipeline under the latest of their deadlines.
-// A request that found the node without its scripts (a restart) runs again
-// once they are loaded, unless a later request of the batch on the same
-// key did run: the second try would then land after it, out of order.
+// sendBatch runs live as one pipeline under the latest of their deadlines. A
+// request that found the node without its scripts (a restart) runs again once
+// they are loaded, unless a later one on its key ran: it would land out of order.
 func (w *nodeWorker) sendBatch(live []*call) {
-	deadline := live[0].req.deadline
-	for _, c := range live[1:] {
-		if c.req.deadline.After(deadline) {
-			deadline = c.req.deadline
-		}
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	last := slices.MaxFunc(live, func(a, b *call) int { return a.req.deadline.Compare(b.req.deadline) })
+	ctx, cancel := context.WithDeadline(context.Background(), last.req.deadline)
 	defer cancel()
 	if !w.loaded {
 		w.loaded = w.load(ctx)
@@ -143,27 +125,29 @@ func (w *nodeWorker) sendBatch(live []*call) {
 	cmds := w.pipeline(ctx, live)
 	var again []*call // to run again once the scripts are back
 	for j, c := range live {
-		v, err := cmds[j].Int64()
-		if isNoScript(err) {
+		if isNoScript(cmds[j].Err()) {
 			w.loaded = false
 			if !ranLater(live, cmds, j) {
 				again = append(again, c)
 				continue
 			}
 		}
-		c.deliver(w.i, v, c.nodeErr(err))
+		w.answer(c, cmds[j])
 	}
 	if len(again) == 0 {
 		return
 	}
 	w.loaded = w.load(ctx)
 	for k, cmd := range w.pipeline(ctx, again) {
-		v, err := cmd.Int64()
-		again[k].deliver(w.i, v, again[k].nodeErr(err))
+		w.answer(again[k], cmd)
 	}
 }
 
-// pipeline runs calls' requests as one pipeline and returns the commands.
+func (w *nodeWorker) answer(c *call, cmd *redis.Cmd) {
+	v, err := cmd.Int64()
+	c.deliver(w.i, v, c.nodeErr(err))
+}
+
 func (w *nodeWorker) pipeline(ctx context.Context, calls []*call) []*redis.Cmd {
 	pipe := w.conn.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
@@ -175,8 +159,7 @@ func (w *nodeWorker) pipeline(ctx context.Context, calls []*call) []*redis.Cmd {
 	return cmds
 }
 
-// ranLater reports whether a request after live[j] in the batch, on a
-// key of its own, ran (did not fail with NOSCRIPT).
+// ranLater reports whether a later request of the batch on a key of live[j]'s ran.
 func ranLater(live []*call, cmds []*redis.Cmd, j int) bool {
 	for k := j + 1; k < len(live); k++ {
 		if live[k].req.overlaps(live[j].req) && !isNoScript(cmds[k].Err()) {
@@ -188,8 +171,7 @@ func ranLater(live []*call, cmds []*redis.Cmd, j int) bool {
 
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
-// load makes sure the node has every script, so that a batch can use
-// EVALSHA alone. It sends SCRIPT LOAD itself, not Script.Load: on a
+// load sends SCRIPT LOAD for every script itself, not Script.Load: on a
 // pipeline that would replace the script's hash with the empty answer.
 func (w *nodeWorker) load(ctx context.Context) bool {
 	pipe := w.conn.Pipeline()
