@@ -77,23 +77,26 @@ type quorumLocker struct{ l *quorum.Locker }
 
 func (q quorumLocker) Lock(ctx context.Context, keys ...string) (Lease, error) {
 	lease, err := q.l.LockMulti(ctx, keys...)
-	switch {
-	case err == nil:
-		return quorumLease{lease}, nil
-	case errors.Is(err, quorum.ErrNotAcquired):
-		return nil, fmt.Errorf("%w: %w", ErrLockBusy, err)
-	case errors.Is(err, quorum.ErrQuorumUnavailable), errors.Is(err, quorum.ErrClosed):
-		return nil, fmt.Errorf("%w: %w", ErrLockUnavailable, err)
+	if err != nil {
+		return nil, lockError(err)
 	}
-	return nil, err
+	return quorumLease{lease}, nil
 }
 
-type quorumLease struct{ l *quorum.Lease }
+// lockError maps an acquisition error matching quorum's sentinels (both
+// backends return them) to the orders sentinels.
+func lockError(err error) error {
+	switch {
+	case errors.Is(err, quorum.ErrNotAcquired):
+		return fmt.Errorf("%w: %w", ErrLockBusy, err)
+	case errors.Is(err, quorum.ErrQuorumUnavailable), errors.Is(err, quorum.ErrClosed):
+		return fmt.Errorf("%w: %w", ErrLockUnavailable, err)
+	}
+	return err
+}
 
-func (q quorumLease) FenceOf(key string) int64 { return q.l.FenceOf(key) }
-
-func (q quorumLease) Unlock(ctx context.Context) error {
-	err := q.l.Unlock(ctx)
+// unlockError maps a release error to the orders sentinels.
+func unlockError(err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -104,6 +107,12 @@ func (q quorumLease) Unlock(ctx context.Context) error {
 	}
 	return err
 }
+
+type quorumLease struct{ l *quorum.Lease }
+
+func (q quorumLease) FenceOf(key string) int64 { return q.l.FenceOf(key) }
+
+func (q quorumLease) Unlock(ctx context.Context) error { return unlockError(q.l.Unlock(ctx)) }
 
 func (q quorumLease) Detail() LeaseDetail {
 	return LeaseDetail{Key: strings.Join(q.l.Keys(), ","), TokenDigest: q.l.TokenDigest(), Fence: q.l.Fence(), Until: q.l.Until()}

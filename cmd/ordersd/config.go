@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
@@ -36,6 +37,8 @@ type config struct {
 	databaseURL      string          // ORDERS_DATABASE_URL
 	jwtSecret        string          // ORDERS_JWT_SECRET
 	useLock          bool            // ORDERS_LOCK: on (true) or off (false: Postgres arbitrates alone)
+	lockBackend      string          // ORDERS_LOCK_BACKEND: redlock or etcd
+	etcdEndpoints    []string        // ORDERS_ETCD_ENDPOINTS (the etcd backend)
 	fallback         orders.Fallback // ORDERS_LOCK_FALLBACK
 	codes            orders.Codes    // ORDERS_IDEMPOTENCY_CODES
 	lockTTL          time.Duration   // ORDERS_LOCK_TTL
@@ -79,6 +82,7 @@ type config struct {
 // config fields once every flag is parsed.
 type rawFlags struct {
 	addrs, redisCA, lock, fallback, codes, logFormat, logLevel *string
+	backend, etcd                                              *string
 	redisTLS                                                   *bool
 	queueWait                                                  *laterDuration
 }
@@ -232,6 +236,8 @@ func (c *config) bindServerFlags(fs *flag.FlagSet, errs *[]error, raw *rawFlags)
 // bindLockFlags: the stock lock and the per-product queues in front of it.
 func (c *config) bindLockFlags(fs *flag.FlagSet, errs *[]error, raw *rawFlags) {
 	raw.lock = fs.String("lock", env("ORDERS_LOCK", "on"), "the quorum stock lock: on (the requests for a product queue on this instance and are placed in batches, each under one lease) or off (no lock: each request runs its own transaction and Postgres arbitrates alone; the fence and every database check stay) (ORDERS_LOCK)")
+	raw.backend = fs.String("lock-backend", env("ORDERS_LOCK_BACKEND", "redlock"), "the stock lock's backend: redlock (the Redis masters of ORDERS_REDIS_ADDRS) or etcd (the cluster of ORDERS_ETCD_ENDPOINTS; the masters then hold only the idempotency records) (ORDERS_LOCK_BACKEND)")
+	raw.etcd = fs.String("etcd-endpoints", env("ORDERS_ETCD_ENDPOINTS", ""), "comma-separated host:port of the etcd members, for ORDERS_LOCK_BACKEND=etcd (ORDERS_ETCD_ENDPOINTS)")
 	raw.fallback = fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
 	envDuration(fs, errs, &c.lockTTL, "lock-ttl", ordersenv.VarLockTTL, ordersenv.DefaultLockTTL, "stock lock TTL, which is also the restart guard's window")
 	envDuration(fs, errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 2*time.Second, "longest wait for the stock lock")
@@ -314,6 +320,12 @@ func (c *config) resolve(raw rawFlags) error {
 		c.useLock = *raw.lock == "on"
 	default:
 		errs = append(errs, fmt.Errorf("ORDERS_LOCK %q: want on or off", *raw.lock))
+	}
+	c.lockBackend = *raw.backend
+	for _, e := range strings.Split(*raw.etcd, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			c.etcdEndpoints = append(c.etcdEndpoints, e)
+		}
 	}
 	// The queue wait leaves room for the batch ahead to wait its lock out,
 	// and then for this request's batch to wait out its own.
@@ -415,7 +427,27 @@ func (c config) checkLock() error {
 	if !c.useLock && c.fallback == orders.FallbackReject {
 		errs = append(errs, errors.New("ORDERS_LOCK_FALLBACK=reject with ORDERS_LOCK=off would refuse every order: with the lock off, Postgres always arbitrates alone (unset the fallback, or set it to db)"))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.checkBackend())...)
+}
+
+// checkBackend checks the lock's backend and its endpoints.
+func (c config) checkBackend() error {
+	switch {
+	case c.lockBackend != "redlock" && c.lockBackend != "etcd":
+		return fmt.Errorf("ORDERS_LOCK_BACKEND %q: want redlock or etcd", c.lockBackend)
+	case c.lockBackend == "etcd" && !c.useLock:
+		return errors.New("ORDERS_LOCK_BACKEND=etcd with ORDERS_LOCK=off: with the lock off there is no backend (unset one of them)")
+	case c.lockBackend == "etcd" && len(c.etcdEndpoints) == 0:
+		return errors.New("ORDERS_LOCK_BACKEND=etcd needs ORDERS_ETCD_ENDPOINTS, the etcd members' host:port")
+	case c.lockBackend == "redlock" && len(c.etcdEndpoints) > 0:
+		return errors.New("ORDERS_ETCD_ENDPOINTS is set but ORDERS_LOCK_BACKEND is redlock: set ORDERS_LOCK_BACKEND=etcd, or unset the endpoints")
+	}
+	for _, e := range c.etcdEndpoints {
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			return fmt.Errorf("ORDERS_ETCD_ENDPOINTS: %q is not host:port", e)
+		}
+	}
+	return nil
 }
 
 // checkBackground checks the watchdog's and the outbox's settings.

@@ -49,6 +49,9 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"no database":      {"ORDERS_DATABASE_URL", "", "ORDERS_DATABASE_URL"},
 		"short secret":     {"ORDERS_JWT_SECRET", "short", "ORDERS_JWT_SECRET"},
 		"bad fallback":     {"ORDERS_LOCK_FALLBACK", "maybe", "fallback"},
+		"bad backend":      {"ORDERS_LOCK_BACKEND", "zookeeper", "ORDERS_LOCK_BACKEND"},
+		"etcd, no members": {"ORDERS_LOCK_BACKEND", "etcd", "ORDERS_ETCD_ENDPOINTS"},
+		"stray endpoints":  {"ORDERS_ETCD_ENDPOINTS", "127.0.0.1:2379", "ORDERS_LOCK_BACKEND is redlock"},
 		"bad codes":        {"ORDERS_IDEMPOTENCY_CODES", "rfc", "ORDERS_IDEMPOTENCY_CODES"},
 		"bad duration":     {"ORDERS_LOCK_TTL", "five", "ORDERS_LOCK_TTL"},
 		"zero ttl":         {"ORDERS_LOCK_TTL", "0s", "ORDERS_LOCK_TTL"},
@@ -168,6 +171,21 @@ func TestLockAndQueueConfig(t *testing.T) {
 	if err != nil || !c.useLock || c.batchLimit != 8 || c.queueLimit != 9 || c.queueWait != 9*time.Second || c.soldOutRecheck != 2*time.Second {
 		t.Fatalf("flags: %+v %v", c, err)
 	}
+	// The etcd backend: endpoints parsed and checked; none with the lock off.
+	t.Setenv("ORDERS_LOCK_FALLBACK", "db")
+	t.Setenv("ORDERS_LOCK_BACKEND", "etcd")
+	t.Setenv("ORDERS_ETCD_ENDPOINTS", "127.0.0.1:2379, 127.0.0.1:2381")
+	if c, err = parseConfig([]string{"-lock", "on"}, io.Discard); err != nil || c.lockBackend != "etcd" || len(c.etcdEndpoints) != 2 || c.etcdEndpoints[1] != "127.0.0.1:2381" {
+		t.Fatalf("etcd backend: %+v %v", c.etcdEndpoints, err)
+	}
+	if _, err = parseConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "ORDERS_LOCK_BACKEND=etcd with ORDERS_LOCK=off") {
+		t.Fatalf("etcd with the lock off: %v", err)
+	}
+	if _, err = parseConfig([]string{"-lock", "on", "-etcd-endpoints", "etcd-without-port"}, io.Discard); err == nil || !strings.Contains(err.Error(), "not host:port") {
+		t.Fatalf("an endpoint without a port: %v", err)
+	}
+	t.Setenv("ORDERS_LOCK_BACKEND", "redlock")
+	t.Setenv("ORDERS_ETCD_ENDPOINTS", "")
 	// With the lock off, a reject fallback would refuse every order.
 	t.Setenv("ORDERS_LOCK_FALLBACK", "reject")
 	if _, err = parseConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "ORDERS_LOCK_FALLBACK=reject with ORDERS_LOCK=off") {

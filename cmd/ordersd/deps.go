@@ -9,7 +9,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
+	"github.com/quorumlock/quorumlock/etcdlock"
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
@@ -29,7 +32,8 @@ type deps struct {
 	reg      *prometheus.Registry
 	pool     *pgxpool.Pool
 	clients  []redis.UniversalClient // the Redis masters: the lock's nodes and the idempotency records
-	locker   *quorum.Locker          // nil with ORDERS_LOCK=off
+	lock     orders.Locker           // nil with ORDERS_LOCK=off
+	etcd     *clientv3.Client        // the etcd backend's client, else nil
 	store    *store.Store
 	payments *payment.Service
 	verifier *auth.Verifier
@@ -69,11 +73,8 @@ func dependencies(ctx context.Context, cfg config, log *slog.Logger, reg *promet
 	closers.add(d.pool.Close)
 	d.clients = openRedis(cfg)
 	closers.add(func() { closeAll(d.clients) })
-	if d.locker, err = newLocker(cfg, d.pool, d.clients, reg); err != nil {
+	if err = d.openLock(cfg, &closers); err != nil {
 		return nil, nil, err
-	}
-	if d.locker != nil {
-		closers.add(func() { _ = d.locker.Close() })
 	}
 	if d.store, err = store.New(d.pool, store.WithFailpoints(cfg.failpoints)); err != nil {
 		return nil, nil, fmt.Errorf("store: %w", err)
@@ -136,36 +137,63 @@ func closeAll(clients []redis.UniversalClient) {
 	}
 }
 
-// newLocker returns the quorum stock lock over the masters, its metrics
-// registered in reg, or nil with ORDERS_LOCK=off: then no lock and no lock
-// metrics exist.
-func newLocker(cfg config, pool *pgxpool.Pool, clients []redis.UniversalClient, reg prometheus.Registerer) (*quorum.Locker, error) {
+// openLock opens the stock lock of ORDERS_LOCK_BACKEND (none with
+// ORDERS_LOCK=off), its fences reserved in Postgres and its metrics, and
+// adds its closes to closers.
+func (d *deps) openLock(cfg config, closers *cleanups) error {
 	if !cfg.useLock {
-		return nil, nil
+		return nil
 	}
-	// Leases carry fences reserved in Postgres; the order transaction takes
-	// each in the commit that writes the stock.
-	issuer, err := fencing.NewReserver(pool)
+	// Leases carry fences reserved in Postgres, on either backend; the
+	// order transaction takes each in the commit that writes the stock.
+	fences, err := fencing.NewReserver(d.pool)
 	if err != nil {
-		return nil, fmt.Errorf("fence reserver: %w", err)
+		return fmt.Errorf("fence reserver: %w", err)
 	}
-	obs, err := quorumprom.New(reg)
+	obs, err := quorumprom.New(d.reg)
 	if err != nil {
-		return nil, fmt.Errorf("lock metrics: %w", err)
+		return fmt.Errorf("lock metrics: %w", err)
+	}
+	if cfg.lockBackend == "etcd" {
+		return d.openEtcdLock(cfg, fences, obs, closers)
 	}
 	opts := []quorum.Option{quorum.WithTTL(cfg.lockTTL), quorum.WithMaxWait(cfg.lockWait),
-		quorum.WithFencer(issuer), quorum.WithObserver(obs)}
+		quorum.WithFencer(fences), quorum.WithObserver(obs)}
 	if cfg.nodeTimeout > 0 {
 		opts = append(opts, quorum.WithNodeTimeout(cfg.nodeTimeout))
 	}
 	if cfg.redisDurable {
 		opts = append(opts, quorum.WithDurableNodes(true))
 	}
-	locker, err := quorum.New(clients, opts...)
+	locker, err := quorum.New(d.clients, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
+		return fmt.Errorf("lock: %w", err)
 	}
-	return locker, nil
+	closers.add(func() { _ = locker.Close() })
+	d.lock = orders.QuorumLocker(locker)
+	return nil
+}
+
+// openEtcdLock opens the etcd backend: a client of ORDERS_ETCD_ENDPOINTS
+// and a Locker on it.
+func (d *deps) openEtcdLock(cfg config, fences quorum.Fencer, obs quorum.Observer, closers *cleanups) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.etcdEndpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	closers.add(func() { _ = cli.Close() })
+	opts := []etcdlock.Option{etcdlock.WithTTL(cfg.lockTTL), etcdlock.WithMaxWait(cfg.lockWait),
+		etcdlock.WithFencer(fences), etcdlock.WithObserver(obs)}
+	if cfg.nodeTimeout > 0 {
+		opts = append(opts, etcdlock.WithNodeTimeout(cfg.nodeTimeout))
+	}
+	locker, err := etcdlock.New(cli, opts...)
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	closers.add(func() { _ = locker.Close() })
+	d.lock, d.etcd = orders.EtcdLocker(locker), cli
+	return nil
 }
 
 // newPayments returns the payment service over the provider at
@@ -253,8 +281,8 @@ func newService(cfg config, d *deps) (*orders.Service, error) {
 		orders.WithBatchLimit(cfg.batchLimit), orders.WithQueue(cfg.queueLimit, cfg.queueWait),
 		orders.WithSoldOutRecheck(cfg.soldOutRecheck),
 		orders.WithMetrics(metrics), orders.WithLogger(d.log), orders.WithFailpoints(cfg.failpoints)}
-	if d.locker != nil {
-		opts = append(opts, orders.WithLocker(orders.QuorumLocker(d.locker)))
+	if d.lock != nil {
+		opts = append(opts, orders.WithLocker(d.lock))
 	}
 	if cfg.callbackKey != "" {
 		opts = append(opts, orders.WithPaymentCallbacks([]byte(cfg.callbackKey), 0))

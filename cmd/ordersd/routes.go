@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quorumlock/quorumlock/orders"
 )
@@ -35,14 +36,14 @@ func routes(d *deps, cfg config) http.Handler {
 // and user names); the log has the details.
 func readyz(d *deps, cfg config) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		h := readiness(r.Context(), d.pool, d.clients)
+		h := readiness(r.Context(), d.pool, d.clients, d.etcd)
 		status, body := h.verdict(cfg.useLock, cfg.fallback)
 		switch {
 		case status != http.StatusOK:
-			d.log.Warn("not ready", "postgres", h.pgErr, "redis", h.redisErr())
+			d.log.Warn("not ready", "postgres", h.pgErr, "redis", h.redisErr(), "etcd", h.etcdErr)
 			http.Error(w, body, status)
 		case body != "ready":
-			d.log.Warn("ready, degraded", "redis", h.redisErr())
+			d.log.Warn("ready, degraded", "redis", h.redisErr(), "etcd", h.etcdErr)
 			_, _ = io.WriteString(w, body+"\n")
 		default:
 			_, _ = io.WriteString(w, "ready\n")
@@ -56,15 +57,23 @@ type health struct {
 	masters   int     // the Redis masters
 	up        int     // of which answered
 	redisErrs []error // the others' errors, for the log
+	etcd      bool    // the lock is on etcd
+	etcdErr   error   // etcd did not answer a read with a leader
 }
 
-// readiness pings Postgres and every Redis master, within 2s in all.
-func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient) health {
+// readiness pings Postgres, every Redis master and, for the etcd backend,
+// the etcd cluster (a read that needs a leader), within 2s in all.
+func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient, etcd *clientv3.Client) health {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	h := health{masters: len(clients)}
+	h := health{masters: len(clients), etcd: etcd != nil}
 	if err := pool.Ping(ctx); err != nil {
 		h.pgErr = fmt.Errorf("postgres: %w", err)
+	}
+	if etcd != nil {
+		if _, err := etcd.Get(clientv3.WithRequireLeader(ctx), "quorumlock/readyz", clientv3.WithCountOnly()); err != nil {
+			h.etcdErr = fmt.Errorf("etcd: %w", err)
+		}
 	}
 	for i, c := range clients {
 		if err := c.Ping(ctx).Err(); err != nil {
@@ -79,6 +88,15 @@ func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.Universa
 // majority reports whether a majority of the masters answered: the lock
 // can be taken.
 func (h health) majority() bool { return h.up >= h.masters/2+1 }
+
+// lockLost reports whether the stock lock is out of reach: etcd without a
+// leader, or a minority of the masters.
+func (h health) lockLost(useLock bool) bool {
+	if h.etcd {
+		return h.etcdErr != nil
+	}
+	return useLock && !h.majority()
+}
 
 // redisErr is the masters' fault for the log, nil when all answered.
 func (h health) redisErr() error {
@@ -95,25 +113,34 @@ func (h health) redisErr() error {
 // the lock off, the masters hold only idempotency records: any master down
 // is degraded, since Postgres answers the replays whose records it held.
 func (h health) verdict(useLock bool, fallback orders.Fallback) (int, string) {
-	lockLost := useLock && !h.majority()
+	lockLost := h.lockLost(useLock)
+	lockOnRedis := useLock && !h.etcd
 	if h.pgErr != nil || (lockLost && fallback == orders.FallbackReject) {
 		msg := "not ready:"
 		if h.pgErr != nil {
 			msg += " Postgres does not answer;"
 		}
 		switch {
+		case lockLost && h.etcd:
+			msg += " etcd does not answer with a leader;"
 		case lockLost:
 			msg += " a majority of the Redis masters does not answer;"
-		case !useLock && h.up < h.masters:
+		case !lockOnRedis && h.up < h.masters:
 			msg += fmt.Sprintf(" %d of %d Redis masters do not answer;", h.masters-h.up, h.masters)
 		}
 		return http.StatusServiceUnavailable, msg
 	}
 	switch {
+	case lockLost && h.etcd:
+		return http.StatusOK, "ready (degraded: etcd does not answer with a leader; Postgres arbitrates)"
 	case lockLost:
 		return http.StatusOK, "ready (degraded: a majority of the Redis masters does not answer; Postgres arbitrates)"
-	case !useLock && h.up < h.masters:
-		return http.StatusOK, fmt.Sprintf("ready (degraded: %d of %d Redis masters do not answer; Postgres answers the replays whose idempotency records they hold; the stock lock is off)", h.masters-h.up, h.masters)
+	case !lockOnRedis && h.up < h.masters:
+		where := "the stock lock is off"
+		if h.etcd {
+			where = "the stock lock is on etcd"
+		}
+		return http.StatusOK, fmt.Sprintf("ready (degraded: %d of %d Redis masters do not answer; Postgres answers the replays whose idempotency records they hold; %s)", h.masters-h.up, h.masters, where)
 	}
 	return http.StatusOK, "ready"
 }

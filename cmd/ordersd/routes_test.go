@@ -13,6 +13,7 @@ import (
 // the fallback, Postgres and the masters.
 func TestReadyVerdict(t *testing.T) {
 	pgDown := errors.New("postgres: dial tcp 10.0.0.1:5432: connection refused")
+	errNoLeader := errors.New("etcd: no leader at 10.0.0.2:2379: connection refused")
 	cases := []struct {
 		name     string
 		useLock  bool
@@ -32,6 +33,9 @@ func TestReadyVerdict(t *testing.T) {
 		{"all down, lock off", false, orders.FallbackDB, health{masters: 3, up: 0}, 200, "ready (degraded: 3 of 3 Redis masters do not answer;"},
 		{"postgres down, lock off", false, orders.FallbackDB, health{masters: 3, up: 3, pgErr: pgDown}, 503, "not ready: Postgres does not answer;"},
 		{"both down, lock off", false, orders.FallbackDB, health{masters: 3, up: 1, pgErr: pgDown}, 503, "not ready: Postgres does not answer; 2 of 3 Redis masters do not answer;"},
+		{"etcd up, masters down", true, orders.FallbackReject, health{masters: 3, up: 1, etcd: true}, 200, "ready (degraded: 2 of 3 Redis masters do not answer; Postgres answers the replays whose idempotency records they hold; the stock lock is on etcd)"},
+		{"etcd without a leader, db", true, orders.FallbackDB, health{masters: 3, up: 3, etcd: true, etcdErr: errNoLeader}, 200, "ready (degraded: etcd does not answer with a leader; Postgres arbitrates)"},
+		{"etcd without a leader, reject", true, orders.FallbackReject, health{masters: 3, up: 3, etcd: true, etcdErr: errNoLeader}, 503, "not ready: etcd does not answer with a leader;"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

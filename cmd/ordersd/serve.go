@@ -41,7 +41,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	srv := newServer(base, routes(d, cfg))
-	log.Info("ordersd listening", "addr", ln.Addr().String(), "redis", cfg.redisAddrs, "lock", lockMode(cfg.useLock), "fallback", cfg.fallback)
+	log.Info("ordersd listening", "addr", ln.Addr().String(), "redis", cfg.redisAddrs, "lock", lockMode(cfg.useLock), "backend", cfg.lockBackend, "fallback", cfg.fallback)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

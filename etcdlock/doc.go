@@ -1,0 +1,52 @@
+// Package etcdlock is a lock on etcd with the lease API of package quorum:
+// Lock, TryLock, LockMulti, Unlock, Extend, Do, Lost, Until and Fence, and
+// errors that match quorum's sentinels (errors.Is(err,
+// quorum.ErrNotAcquired), ...). It is the consensus side of the choice the
+// README's "Choosing a backend" describes.
+//
+// The recipe is etcd's own (go.etcd.io/etcd/client/v3/concurrency): every
+// waiter puts a key under the lock's prefix, attached to its session's
+// lease; the key with the smallest create revision holds the lock, and each
+// waiter watches the deletion of its predecessor alone, so a release wakes
+// one waiter and no TTL is guessed: the lock is held for as long as the
+// session's lease is kept alive, and a holder that dies lets its lease
+// expire and its key go.
+//
+// # Sessions
+//
+// A Locker keeps one session (one etcd lease, kept alive by the client) for
+// all its locks, and opens a new one when it ends. Every lease of a session
+// is lost when the session ends: its lease expired (the client was cut off
+// or paused past the TTL), or it was revoked. The recipe's key is one per
+// session and prefix, so the Locker lets one of its own Lock calls per key
+// at a time into the recipe; the others wait their turn in this process.
+//
+// # Validity
+//
+// The session's keep-alive replaces Redlock's validity arithmetic. Until is
+// the client's conservative view of when the etcd lease could expire: the
+// time of the keep-alive request before the last one answered, plus the
+// TTL, minus the drift allowance (WithDriftFactor). etcd's leader, not the
+// client, decides expiry; a client paused past Until may still believe it
+// holds the lock, as with any lock, and only a fence stops its writes.
+//
+// # Fences
+//
+// Fence is the etcd revision at which the lease became the owner (the
+// header of the response that found no predecessor). It is strictly
+// increasing per key: an owner's revision is read before it releases, the
+// release (a delete, or the lease's expiry) is a later revision, and the
+// next owner's revision is read after it saw that release. Revisions are
+// the cluster's, so no second system issues them. A resource that is also
+// written by writers that do not take the lock (a database arbitrating on
+// its own, say) needs one sequence for all its writers: WithFencer replaces
+// the revision with that sequence's tokens.
+//
+// # Several keys
+//
+// LockMulti takes one recipe lock per key, in sorted order, on one
+// session: every caller takes overlapping keys in the same order, so none
+// waits in a cycle, and a call that fails releases what it took. Unlike
+// quorum's multi-key lease a caller does hold its first keys while it waits
+// for the next.
+package etcdlock

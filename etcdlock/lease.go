@@ -1,0 +1,176 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Lease is a held lock on one key or more: the right to act on them while
+// its session is kept alive. Its methods are safe for concurrent use.
+type Lease struct {
+	l      *Locker
+	s      *session
+	name   string   // the keys joined by ","
+	keys   []string // sorted
+	muts   []*concurrency.Mutex
+	fences []int64
+	start  time.Time
+
+	unlockMu sync.Mutex
+	mu       sync.Mutex
+	err      error // why it ended, nil while held
+	lost     chan struct{}
+}
+
+// Key returns the locked key (of a multi-key lease, the first in order).
+func (le *Lease) Key() string { return le.keys[0] }
+
+// Keys returns the locked keys, sorted.
+func (le *Lease) Keys() []string { return slices.Clone(le.keys) }
+
+// Token returns the etcd key the lease holds for its first key: the
+// recipe's owner key, prefix + key + "/" + the session's lease id.
+func (le *Lease) Token() string { return le.muts[0].Key() }
+
+// Fence returns the fence of Key (see FenceOf).
+func (le *Lease) Fence() int64 { return le.fences[0] }
+
+// FenceOf returns the fence of key, one of the lease's keys (0 for any
+// other): the etcd revision at which the lease became its owner, or the
+// Fencer's token with WithFencer.
+func (le *Lease) FenceOf(key string) int64 {
+	if i, ok := slices.BinarySearch(le.keys, key); ok {
+		return le.fences[i]
+	}
+	return 0
+}
+
+// Until returns the end of the lease's validity as the client sees it (see
+// the package documentation). It carries a monotonic clock reading.
+func (le *Lease) Until() time.Time {
+	u, _ := le.s.validity()
+	return u
+}
+
+// Lost returns a channel that is closed when the lease ends: its session
+// ended (the etcd lease expired, was revoked, or no keep-alive was answered
+// within the validity), or Unlock was called. Err tells which.
+func (le *Lease) Lost() <-chan struct{} { return le.lost }
+
+// Err returns nil while the lease is held, then an error matching
+// quorum.ErrLeaseLost when it was lost, or quorum.ErrReleased when Unlock
+// released it.
+func (le *Lease) Err() error {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.err
+}
+
+// lose ends the lease with err when its session ended (reason 0: the
+// Locker closed): its recipe keys went with the session, so its keys'
+// turns in this Locker are given back.
+func (le *Lease) lose(err error, reason quorum.LostReason) {
+	if !le.end(err) {
+		return
+	}
+	le.l.gates.leaveAll(le.keys)
+	if reason != 0 {
+		le.l.cfg.observer.ObserveLost(quorum.LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
+	}
+}
+
+// end moves a held lease to err and closes Lost; false when it had ended.
+func (le *Lease) end(err error) bool {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.err != nil {
+		return false
+	}
+	le.err = err
+	close(le.lost)
+	return true
+}
+
+// Extend refreshes the session's etcd lease now (a keep-alive, on top of
+// the client's own every TTL/3), moving Until to the refresh plus the TTL.
+// etcd leases keep the TTL they were granted: ttl must be the Locker's.
+// It fails with an error matching quorum.ErrLeaseLost when the lease has
+// ended or etcd no longer knows its session, and quorum.ErrExtendUnconfirmed
+// when etcd did not answer in time.
+func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl != le.l.cfg.ttl {
+		return fmt.Errorf("etcdlock: extend %q: TTL %v: an etcd lease keeps its TTL, %v", le.name, ttl, le.l.cfg.ttl)
+	}
+	if err := le.Err(); err != nil {
+		return fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, quorum.ErrLeaseLost, err)
+	}
+	start := time.Now()
+	kctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), le.l.cfg.nodeTimeout)
+	_, err := le.l.cli.KeepAliveOnce(kctx, le.s.cs.Lease())
+	cancel()
+	ev := quorum.ExtendEvent{Key: le.name, Duration: time.Since(start)}
+	switch {
+	case err == nil:
+		le.s.refreshed(start)
+		ev.Confirmed = 1
+	case isLeaseGone(err):
+		ev.Err = fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, quorum.ErrLeaseLost, err)
+		le.s.end(ev.Err, quorum.LostExtendFailed)
+	default:
+		ev.Err = fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, quorum.ErrExtendUnconfirmed, err)
+	}
+	le.l.cfg.observer.ObserveExtend(ev)
+	return ev.Err
+}
+
+// Unlock releases the lease: the recipe's key of every key is deleted, so
+// the next waiter of each is woken. The lease ends (Lost is closed)
+// whatever the outcome. It returns an error matching quorum.ErrLeaseLost
+// when the session had ended before (its keys went with the etcd lease),
+// or quorum.ErrUnlockUnconfirmed when etcd did not confirm a delete in
+// time: the Locker then retries it in the background until the session
+// ends, which takes the key with it.
+func (le *Lease) Unlock(ctx context.Context) error {
+	le.unlockMu.Lock()
+	defer le.unlockMu.Unlock()
+	start := time.Now()
+	released := fmt.Errorf("etcdlock: %q: %w", le.name, quorum.ErrReleased)
+	if !le.end(released) {
+		if err := le.Err(); !errors.Is(err, quorum.ErrReleased) {
+			return fmt.Errorf("etcdlock: unlock %q: %w", le.name, err)
+		}
+		return nil // released already
+	}
+	le.s.drop(le)
+	if !le.s.live() {
+		le.l.gates.leaveAll(le.keys)
+		return fmt.Errorf("etcdlock: unlock %q: %w: its session ended first", le.name, quorum.ErrLeaseLost)
+	}
+	var failed []error
+	for i := len(le.muts) - 1; i >= 0; i-- {
+		if err := le.l.release(ctx, le.keys[i], le.muts[i]); err != nil {
+			failed = append(failed, err)
+		}
+	}
+	ev := quorum.ReleaseEvent{Key: le.name, Duration: time.Since(start), Released: len(le.muts) - len(failed), Failed: len(failed)}
+	le.l.cfg.observer.ObserveRelease(ev)
+	if len(failed) > 0 {
+		return fmt.Errorf("etcdlock: unlock %q: %w: %w", le.name, quorum.ErrUnlockUnconfirmed, errors.Join(failed...))
+	}
+	return nil
+}
+
+// String describes the lease for humans: its keys and first fence.
+func (le *Lease) String() string {
+	return fmt.Sprintf("etcd lease %s fence %d", strings.Join(le.keys, ","), le.fences[0])
+}

@@ -1,0 +1,161 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// session is one etcd lease kept alive for a Locker's locks, with the
+// client's conservative view of its validity, and the leases it holds.
+type session struct {
+	cs    *concurrency.Session
+	cfg   *config
+	bg    func(func())       // runs work the Locker's Close waits for
+	stop  context.CancelFunc // ends the keep-alive listener
+	ended chan struct{}      // closed when the session ends
+	timer *time.Timer        // ends the session at until
+
+	mu     sync.Mutex
+	until  time.Time
+	prev   time.Time // a lower bound of when the last answered keep-alive left
+	err    error     // why the session ended
+	leases map[*Lease]struct{}
+}
+
+// openSession grants a lease (within ctx) and keeps it alive until keep
+// ends. The caller runs listen on the keep-alive channel it returns.
+func openSession(ctx, keep context.Context, cli *clientv3.Client, cfg *config, bg func(func())) (*session, <-chan *clientv3.LeaseKeepAliveResponse, error) {
+	start := time.Now()
+	gctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), cfg.nodeTimeout)
+	g, err := cli.Grant(gctx, int64(cfg.ttl/time.Second))
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
+	}
+	sctx, stop := context.WithCancel(keep)
+	cs, err := concurrency.NewSession(cli, concurrency.WithLease(g.ID), concurrency.WithContext(sctx))
+	var alive <-chan *clientv3.LeaseKeepAliveResponse
+	if err == nil {
+		alive, err = cli.KeepAlive(sctx, g.ID) // a second listener of the same keep-alive
+	}
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
+	}
+	s := &session{cs: cs, cfg: cfg, bg: bg, stop: stop, ended: make(chan struct{}), prev: start,
+		until: start.Add(cfg.ttl - cfg.allowance()), leases: map[*Lease]struct{}{}}
+	s.timer = time.AfterFunc(time.Until(s.until), s.expire)
+	return s, alive, nil
+}
+
+// listen moves the validity at each keep-alive answer: the request it
+// answers left after the previous answer came, so the etcd lease lasts at
+// least until that moment plus the TTL. The session ends with the channel.
+func (s *session) listen(alive <-chan *clientv3.LeaseKeepAliveResponse) {
+	for range alive {
+		now := time.Now()
+		s.mu.Lock()
+		s.moveUntil(s.prev.Add(s.cfg.ttl - s.cfg.allowance()))
+		s.prev = now
+		s.mu.Unlock()
+	}
+	s.end(fmt.Errorf("etcdlock: %w: the session's keep-alive ended (its lease expired or was revoked)", quorum.ErrLeaseLost), quorum.LostExtendFailed)
+}
+
+// moveUntil moves the validity later; s.mu must be held.
+func (s *session) moveUntil(u time.Time) {
+	if u.After(s.until) && s.err == nil {
+		s.until = u
+		s.timer.Reset(time.Until(u))
+	}
+}
+
+// refreshed notes a keep-alive the caller sent at sent and saw answered.
+func (s *session) refreshed(sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.moveUntil(sent.Add(s.cfg.ttl - s.cfg.allowance()))
+}
+
+// expire ends the session when its validity ran out with no keep-alive.
+func (s *session) expire() {
+	s.mu.Lock()
+	late := time.Until(s.until)
+	s.mu.Unlock()
+	if late > 0 {
+		s.timer.Reset(late)
+		return
+	}
+	s.end(fmt.Errorf("etcdlock: %w: validity ran out with no keep-alive answered", quorum.ErrLeaseLost), quorum.LostExpired)
+}
+
+// end ends the session once, and every lease it holds with err.
+func (s *session) end(err error, reason quorum.LostReason) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	s.timer.Stop()
+	leases := s.leases
+	s.leases = nil
+	s.mu.Unlock()
+	close(s.ended)
+	s.stop()
+	for le := range leases {
+		le.lose(err, reason)
+	}
+	// Its keys go with its etcd lease: revoke it, rather than have the
+	// next owners wait for the leader to expire it.
+	s.bg(s.revoke)
+}
+
+// validity returns the session's Until, and why it ended (nil while live).
+func (s *session) validity() (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.until, s.err
+}
+
+// hold registers a lease, or reports that the session has ended.
+func (s *session) hold(le *Lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.leases[le] = struct{}{}
+	return nil
+}
+
+// drop forgets a released lease.
+func (s *session) drop(le *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.leases, le)
+}
+
+// live reports whether the session has not ended.
+func (s *session) live() bool {
+	select {
+	case <-s.ended:
+		return false
+	default:
+		return true
+	}
+}
+
+// revoke revokes the session's etcd lease, once it has ended.
+func (s *session) revoke() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.nodeTimeout)
+	defer cancel()
+	_, _ = s.cs.Client().Revoke(ctx, s.cs.Lease())
+}
