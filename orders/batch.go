@@ -19,6 +19,9 @@ func (s *Service) runBatch(ctx context.Context, product string, batch []*ticket,
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget())
 	defer cancel()
 	s.metrics.batch(len(batch))
+	if product == cartQueue {
+		return s.cartBatch(ctx, batch)
+	}
 	if soldOut {
 		return s.sellNothing(ctx, product, batch)
 	}

@@ -210,8 +210,9 @@ func TestCartsOverlapInOppositeOrders(t *testing.T) {
 }
 
 // Carts and single orders of one hot product: the single orders are still
-// combined into a batch under one lease, the carts take the same key, and
-// nothing is oversold.
+// combined into a batch under one lease, the carts into a batch of their
+// own, each batch's lease taking the hot product's key, and nothing is
+// oversold.
 func TestCartsShareAHotProduct(t *testing.T) {
 	r := newRig(t, 6)
 	r.seedCart(t, 10)
@@ -225,7 +226,7 @@ func TestCartsShareAHotProduct(t *testing.T) {
 	for i := range 3 {
 		go func() { carts <- post(t, in, fmt.Sprint("cart-u", i), "cart", cartBody("42=1", "1=1")) }()
 	}
-	eventually(t, 10*time.Second, "the carts at the gate", func() bool { return g.arrived.Load() == 4 })
+	eventually(t, 10*time.Second, "a cart at the gate, two queued", func() bool { return g.arrived.Load() == 2 && in.svc.QueuedCarts() == 2 })
 	close(g.open)
 	created := 0
 	for _, a := range <-done {
@@ -243,10 +244,45 @@ func TestCartsShareAHotProduct(t *testing.T) {
 	if created != 6 || r.stock(t) != 0 {
 		t.Fatalf("%d orders created, stock of 42 %d; want 6 and 0", created, r.stock(t))
 	}
-	// The leader alone, one batch for the five behind it, one lease per
-	// cart.
-	if n := g.leases.Load(); n != 5 {
-		t.Fatalf("%d leases, want 5 (the leader's, one batch, three carts)", n)
+	// Each leader alone, then one batch behind each: four leases.
+	if n := g.leases.Load(); n != 4 {
+		t.Fatalf("%d leases, want 4 (a single order, a batch of five, a cart, a batch of two carts)", n)
+	}
+	r.noViolations(t)
+}
+
+// Carts queued on one instance are placed in one transaction under one
+// lease on all their products, first come first served: a short cart in
+// the middle takes nothing and the carts after it are still sold.
+func TestCartsAreBatched(t *testing.T) {
+	r := newRig(t, 5)
+	r.seedCart(t, 2)
+	g := r.gated(t)
+	in := r.instance(t, orders.WithLocker(g))
+	bodies := []string{cartBody("1=1", "2=1"), cartBody("2=1", "3=1"), cartBody("1=1", "2=1"), cartBody("3=1", "1=1")}
+	want := []int{http.StatusCreated, http.StatusCreated, http.StatusConflict, http.StatusCreated}
+	got := make([]answer, len(bodies))
+	var wg sync.WaitGroup
+	for i, b := range bodies {
+		wg.Go(func() { got[i] = post(t, in, fmt.Sprint("u", i), "k", b) })
+		if i == 0 {
+			eventually(t, 10*time.Second, "the first cart at the gate", func() bool { return g.arrived.Load() == 1 })
+			continue
+		}
+		eventually(t, 10*time.Second, "the cart queued", func() bool { return in.svc.QueuedCarts() == i })
+	}
+	close(g.open)
+	wg.Wait()
+	for i, a := range got {
+		if a.Status != want[i] {
+			t.Errorf("cart %d: %d %s, want %d", i, a.Status, a.Body, want[i])
+		}
+	}
+	if n := g.leases.Load(); n != 2 {
+		t.Fatalf("%d leases for 4 carts, want 2 (the leader's, then one batch)", n)
+	}
+	if s := r.available(t, "1", "2", "3"); s[0] != 0 || s[1] != 0 || s[2] != 0 {
+		t.Fatalf("stock %v, want 0 0 0", s)
 	}
 	r.noViolations(t)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -37,6 +38,7 @@ type queue struct {
 type ticket struct {
 	ctx    context.Context
 	req    store.OrderRequest
+	items  []request.Line // a cart's lines (the carts' queue only)
 	joined time.Time
 	done   chan ticketEnd // capacity 1
 	taken  bool           // in a batch: it waits for its result
@@ -71,10 +73,19 @@ func (c *combiner) learn(product string) {
 	c.known[product] = struct{}{}
 }
 
-// join queues req for product and waits for its result: placed by this
-// request as the leader of a batch, or by another one.
-func (c *combiner) join(ctx context.Context, product string, req store.OrderRequest) placed {
-	t := &ticket{ctx: ctx, req: req, joined: time.Now(), done: make(chan ticketEnd, 1)}
+// cartQueue is the name of the queue of this instance's carts: no product
+// id can have it (ids are visible ASCII).
+const cartQueue = "\x00carts"
+
+// maxCartKeys bounds the products of one batch of carts: the keys of its
+// lease.
+const maxCartKeys = 64
+
+// join queues req (a cart's, with its items, in cartQueue) for product
+// and waits for its result: placed by this request as the leader of a
+// batch, or by another one.
+func (c *combiner) join(ctx context.Context, product string, req store.OrderRequest, items []request.Line) placed {
+	t := &ticket{ctx: ctx, req: req, items: items, joined: time.Now(), done: make(chan ticketEnd, 1)}
 	c.mu.Lock()
 	q := c.queues[product]
 	if q == nil {
@@ -164,18 +175,37 @@ func (c *combiner) take(q *queue) (batch, dropped []*ticket) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
+	products := map[string]bool{} // a batch of carts: its lease's keys
 	for n < len(q.waiting) && len(batch) < c.s.batchLimit {
 		t := q.waiting[n]
+		if len(batch) > 0 && !fits(products, t.items) {
+			break
+		}
 		n++
 		t.taken = true
 		if t.ctx.Err() != nil {
 			dropped = append(dropped, t)
 			continue
 		}
+		for _, l := range t.items {
+			products[l.ProductID] = true
+		}
 		batch = append(batch, t)
 	}
 	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
 	return batch, dropped
+}
+
+// fits reports whether a cart's items add few enough products to a batch
+// of carts.
+func fits(products map[string]bool, items []request.Line) bool {
+	n := len(products)
+	for _, l := range items {
+		if !products[l.ProductID] {
+			n++
+		}
+	}
+	return n <= maxCartKeys
 }
 
 // handOn tells the next waiting request to lead, or ends the lead and

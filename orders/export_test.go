@@ -40,3 +40,6 @@ func (s *Service) Queued(product string) int {
 	}
 	return 0
 }
+
+// QueuedCarts returns how many carts wait in this instance's queue of carts.
+func (s *Service) QueuedCarts() int { return s.Queued(cartQueue) }

@@ -55,7 +55,7 @@ type lockLog struct {
 // locker, alone otherwise.
 func (s *Service) place(ctx context.Context, productID string, req store.OrderRequest) placed {
 	if s.queues != nil {
-		return s.queues.join(ctx, productID, req)
+		return s.queues.join(ctx, productID, req, nil)
 	}
 	return s.placeAlone(ctx, productID, req)
 }

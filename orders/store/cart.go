@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +30,8 @@ type CartLine struct {
 	FenceKey string
 }
 
-// Cart is the input of [Store.PlaceCart]: one order of several products.
+// Cart is one order of several products, for [Store.PlaceCart] and
+// [Store.PlaceCarts].
 type Cart struct {
 	// Order is who asks, under which key, and the new order's id; its
 	// Quantity is the units of every line.
@@ -49,11 +52,11 @@ type ShortLine struct {
 	Available int64
 }
 
-// CartResult is what [Store.PlaceCart] did.
+// CartResult is what [Store.PlaceCart] did with one cart.
 type CartResult struct {
 	Placed
-	// Left is each line's stock after a new order, in Cart.Lines' order;
-	// nil when nothing was sold.
+	// Left is each line's stock after the transaction, in Cart.Lines'
+	// order; nil when the stock was not read (a replayed outcome).
 	Left []int64
 }
 
@@ -90,29 +93,51 @@ func (c Cart) validate() error {
 	return nil
 }
 
-// PlaceCart places a cart in one transaction, all lines or none:
-//
-//  1. The (user, idempotency key) is locked and its saved outcome read,
-//     as in PlaceBatch: a saved order or rejection is replayed, or refused
-//     with ErrFingerprintMismatch.
-//  2. For each line, in product order, the fence is taken and the stock
-//     row takes the line's quantity with one fenced conditional decrement
-//     (available >= quantity). A stale fence fails the cart with
-//     ErrStaleFence, an unknown product with ErrUnknownProduct.
-//  3. If every line was covered, the order and its lines are inserted
-//     under UNIQUE(user_id, idempotency_key). If any line was short, every
-//     decrement is undone (a savepoint) and the out-of-stock outcome,
-//     naming the short lines (Outcome.Short), is saved instead, with
-//     ErrOutOfStock.
-//
-// Other errors leave the database as it was, unless the commit itself was
-// interrupted; [Store.Lookup] then tells.
+// PlaceCart places one cart: PlaceCarts with a batch of one.
 func (s *Store) PlaceCart(ctx context.Context, c Cart) (CartResult, error) {
-	if err := c.validate(); err != nil {
+	res, err := s.PlaceCarts(ctx, []Cart{c})
+	if err != nil {
 		return CartResult{}, err
 	}
+	return res[0], nil
+}
+
+// PlaceCarts places carts in one transaction, each all lines or none, first
+// come first served, and returns one result per cart, in order:
+//
+//  1. Every (user, idempotency key) is locked and its saved outcome read,
+//     as in PlaceBatch: a saved order or rejection is replayed, or refused
+//     with ErrFingerprintMismatch; a key given twice gets the first
+//     cart's answer.
+//  2. For each product of the new carts, in product order (the order in
+//     which every transaction takes stock rows, so none waits in a cycle),
+//     the fence is taken as its lines say (every line of a product must
+//     say the same) and the stock row locked and read: a stale fence fails
+//     the whole transaction with ErrStaleFence, an unknown product with
+//     ErrUnknownProduct, nothing written.
+//  3. Each cart, in turn, takes its units if every line is covered; a cart
+//     with a short line takes nothing and gets the saved out-of-stock
+//     outcome naming its short lines (Outcome.Short, Err ErrOutOfStock).
+//     One fenced conditional decrement per product takes the total, and
+//     the orders and their lines are inserted under UNIQUE(user_id,
+//     idempotency_key).
+//
+// Other errors leave the database as it was, unless the commit itself was
+// interrupted; [Store.Lookup] then tells, per key.
+func (s *Store) PlaceCarts(ctx context.Context, carts []Cart) ([]CartResult, error) {
+	if len(carts) == 0 || len(carts) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d carts in a batch, want 1..%d", ErrInvalid, len(carts), MaxBatch)
+	}
+	for _, c := range carts {
+		if err := c.validate(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := fencesOf(carts); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
-		res, err := s.cartTx(ctx, c)
+		res, err := s.cartsTx(ctx, carts)
 		if isIdempotencyConflict(err) && attempt < 3 {
 			continue // a twin committed first: the next run replays it
 		}
@@ -120,107 +145,193 @@ func (s *Store) PlaceCart(ctx context.Context, c Cart) (CartResult, error) {
 	}
 }
 
-// cartTx runs one attempt of PlaceCart.
-func (s *Store) cartTx(ctx context.Context, c Cart) (_ CartResult, err error) {
+// lineFence is how one product's stock row is fenced in a transaction.
+type lineFence struct {
+	fence int64
+	key   string
+}
+
+// fencesOf returns each product's fence, refusing carts whose lines of
+// one product disagree.
+func fencesOf(carts []Cart) (map[string]lineFence, error) {
+	out := map[string]lineFence{}
+	for _, c := range carts {
+		for _, l := range c.Lines {
+			f := lineFence{l.Fence, l.FenceKey}
+			if g, ok := out[l.ProductID]; ok && g != f {
+				return nil, fmt.Errorf("%w: the carts fence product %q in two ways", ErrInvalid, l.ProductID)
+			}
+			out[l.ProductID] = f
+		}
+	}
+	return out, nil
+}
+
+// cartsTx runs one attempt of PlaceCarts.
+func (s *Store) cartsTx(ctx context.Context, carts []Cart) (_ []CartResult, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return CartResult{}, fmt.Errorf("store: place cart: begin: %w", err)
+		return nil, fmt.Errorf("store: place carts: begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	orders := []OrderRequest{c.Order}
+	b := Batch{Orders: make([]OrderRequest, len(carts))}
+	for i, c := range carts {
+		b.Orders[i] = c.Order
+	}
 	if !s.noTwinLock {
-		if err := lockKeys(ctx, tx, orders); err != nil {
-			return CartResult{}, err
+		if err := lockKeys(ctx, tx, b.Orders); err != nil {
+			return nil, err
 		}
 	}
-	saved, err := lookupMany(ctx, tx, orders)
+	placed, fresh, err := replays(ctx, tx, b)
 	if err != nil {
-		return CartResult{}, err
+		return nil, err
 	}
-	var res CartResult
-	if sv, ok := saved[outcomeKey{c.Order.UserID, c.Order.IdempotencyKey.String()}]; ok {
-		res.Outcome, res.Err = replay(sv, c.Order.Fingerprint)
-	} else if res, err = s.sellCart(ctx, tx, c); err != nil {
-		return CartResult{}, err
+	out := make([]CartResult, len(carts))
+	if len(fresh) > 0 {
+		if err := s.sellCarts(ctx, tx, carts, fresh, placed, out); err != nil {
+			return nil, err
+		}
+	}
+	answerRepeats(b, placed)
+	for i := range out {
+		out[i].Placed = placed[i]
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return CartResult{}, fmt.Errorf("store: place cart: commit: %w", err)
+		return nil, fmt.Errorf("store: place carts: commit: %w", err)
 	}
-	return res, nil
+	return out, nil
 }
 
-// sellCart decrements every line's stock under a savepoint and inserts the
-// order, or undoes the decrements and saves the out-of-stock outcome.
-func (s *Store) sellCart(ctx context.Context, tx pgx.Tx, c Cart) (CartResult, error) {
-	sp, err := tx.Begin(ctx)
+// rowState is one locked stock row during a transaction: its fence, price
+// and units, and the units the carts took so far.
+type rowState struct {
+	fence, price, available, taken int64
+}
+
+// sellCarts locks the rows of the fresh carts' products, gives each
+// cart its units while they last, and writes the outcomes.
+func (s *Store) sellCarts(ctx context.Context, tx pgx.Tx, carts []Cart, fresh []int, placed []Placed, out []CartResult) error {
+	rows, err := s.claimRows(ctx, tx, carts, fresh)
 	if err != nil {
-		return CartResult{}, fmt.Errorf("store: place cart: savepoint: %w", err)
-	}
-	lines, left, short, err := s.takeLines(ctx, sp, c)
-	if err != nil {
-		return CartResult{}, err
+		return err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if len(short) > 0 {
-		if err := sp.Rollback(ctx); err != nil {
-			return CartResult{}, fmt.Errorf("store: place cart: undo: %w", err)
+	var made, short []Outcome
+	for _, i := range fresh {
+		if sl := shortLines(carts[i], rows); len(sl) > 0 {
+			placed[i].Outcome = cartShortOutcome(carts[i], sl, now)
+			placed[i].Err = fmt.Errorf("%w: %d of the cart's lines", ErrOutOfStock, len(sl))
+			short = append(short, placed[i].Outcome)
+			continue
 		}
-		out := cartShortOutcome(c, short, now)
-		if err := saveShort(ctx, tx, []Outcome{out}); err != nil {
-			return CartResult{}, err
+		lines, err := takeLines(carts[i], rows)
+		if err != nil {
+			return err
 		}
-		return CartResult{Placed: Placed{Outcome: out, Err: fmt.Errorf("%w: %d of the cart's lines", ErrOutOfStock, len(short))}}, nil
+		placed[i].Outcome = cartOrderOutcome(carts[i], lines, now)
+		made = append(made, placed[i].Outcome)
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return CartResult{}, fmt.Errorf("store: place cart: release savepoint: %w", err)
+	if err := s.decrement(ctx, tx, rows); err != nil {
+		return err
 	}
-	s.failpoints.Hit(failpoint.AfterDecrement)
-	out := cartOrderOutcome(c, lines, now)
-	if err := insertCart(ctx, tx, out); err != nil {
-		return CartResult{}, err
+	if err := insertCarts(ctx, tx, made); err != nil {
+		return err
 	}
-	return CartResult{Placed: Placed{Outcome: out}, Left: left}, nil
+	if err := saveShort(ctx, tx, short); err != nil {
+		return err
+	}
+	for _, i := range fresh {
+		out[i].Left = make([]int64, len(carts[i].Lines))
+		for j, l := range carts[i].Lines {
+			out[i].Left[j] = rows[l.ProductID].available
+		}
+	}
+	return nil
 }
 
-// takeLines fences and decrements each line's stock row in turn, and
-// returns the lines as sold, the stock each left, and the lines the stock
-// could not cover (whose rows were not written).
-func (s *Store) takeLines(ctx context.Context, tx pgx.Tx, c Cart) (lines []Line, left []int64, short []ShortLine, err error) {
-	lines, left = make([]Line, len(c.Lines)), make([]int64, len(c.Lines))
-	var total int64
-	for i, l := range c.Lines {
-		fence, err := s.fence(ctx, tx, l.Fence, l.FenceKey)
-		if err != nil {
-			return nil, nil, nil, err
+// claimRows takes the fence of every product of the fresh carts and locks
+// its stock row (FOR UPDATE), in product order: the counter, then the row,
+// as every transaction takes them, so none waits in a cycle. Nothing is
+// written to a row yet, so carts that end short leave it as it was.
+func (s *Store) claimRows(ctx context.Context, tx pgx.Tx, carts []Cart, fresh []int) (map[string]*rowState, error) {
+	fences, _ := fencesOf(carts) // checked by PlaceCarts
+	rows := map[string]*rowState{}
+	for _, i := range fresh {
+		for _, l := range carts[i].Lines {
+			rows[l.ProductID] = &rowState{}
 		}
-		var price int64
-		err = s.stock.Update(ctx, tx, fencing.Update{Key: l.ProductID, Fence: fence,
-			Set:       []fencing.Assignment{fencing.Sub("available", l.Quantity)},
-			Where:     []fencing.Condition{fencing.Ge("available", l.Quantity)},
-			Returning: []string{"available", "price_cents"}}, &left[i], &price)
-		switch {
-		case errors.Is(err, fencing.ErrConditionFailed):
-			sl := ShortLine{ProductID: l.ProductID, Quantity: l.Quantity}
-			if err := tx.QueryRow(ctx, `SELECT available FROM product_stock WHERE product_id = $1`, l.ProductID).Scan(&sl.Available); err != nil {
-				return nil, nil, nil, fmt.Errorf("store: place cart: read stock: %w", err)
-			}
-			short = append(short, sl)
-			continue
-		case errors.Is(err, fencing.ErrNotFound):
-			return nil, nil, nil, fmt.Errorf("%w: %q", ErrUnknownProduct, l.ProductID)
-		case err != nil:
-			return nil, nil, nil, fmt.Errorf("store: place cart: %w", err)
-		case price > math.MaxInt64/l.Quantity || total > math.MaxInt64-price*l.Quantity:
-			return nil, nil, nil, fmt.Errorf("%w: the cart's amount overflows", ErrInvalid)
-		}
-		total += price * l.Quantity
-		lines[i] = Line{ProductID: l.ProductID, Quantity: l.Quantity, AmountCents: price * l.Quantity, Fence: fence}
 	}
-	return lines, left, short, nil
+	for _, p := range slices.Sorted(maps.Keys(rows)) {
+		r := rows[p]
+		var err error
+		if r.fence, err = s.fence(ctx, tx, fences[p].fence, fences[p].key); err != nil {
+			return nil, err
+		}
+		var last int64
+		err = tx.QueryRow(ctx, `SELECT available, price_cents, last_fence FROM product_stock WHERE product_id = $1 FOR UPDATE`, p).
+			Scan(&r.available, &r.price, &last)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, fmt.Errorf("%w: %q", ErrUnknownProduct, p)
+		case err != nil:
+			return nil, fmt.Errorf("store: place carts: read stock of %q: %w", p, err)
+		case last >= r.fence:
+			return nil, fmt.Errorf("store: place carts: %w: product %q saw fence %d, this transaction has %d", ErrStaleFence, p, last, r.fence)
+		}
+	}
+	return rows, nil
+}
+
+// shortLines returns the lines of c that the rows cannot cover now.
+func shortLines(c Cart, rows map[string]*rowState) []ShortLine {
+	var short []ShortLine
+	for _, l := range c.Lines {
+		if r := rows[l.ProductID]; r.available < l.Quantity {
+			short = append(short, ShortLine{ProductID: l.ProductID, Quantity: l.Quantity, Available: r.available})
+		}
+	}
+	return short
+}
+
+// takeLines takes c's units off the rows and returns its lines as sold.
+func takeLines(c Cart, rows map[string]*rowState) ([]Line, error) {
+	lines := make([]Line, len(c.Lines))
+	var total int64
+	for j, l := range c.Lines {
+		r := rows[l.ProductID]
+		if r.price > math.MaxInt64/l.Quantity || total > math.MaxInt64-r.price*l.Quantity {
+			return nil, fmt.Errorf("%w: the cart's amount overflows", ErrInvalid)
+		}
+		total += r.price * l.Quantity
+		r.available -= l.Quantity
+		r.taken += l.Quantity
+		lines[j] = Line{ProductID: l.ProductID, Quantity: l.Quantity, AmountCents: r.price * l.Quantity, Fence: r.fence}
+	}
+	return lines, nil
+}
+
+// decrement takes each claimed row's units with one fenced conditional
+// decrement, in product order.
+func (s *Store) decrement(ctx context.Context, tx pgx.Tx, rows map[string]*rowState) error {
+	for _, p := range slices.Sorted(maps.Keys(rows)) {
+		r := rows[p]
+		if r.taken == 0 {
+			continue
+		}
+		err := s.stock.Update(ctx, tx, fencing.Update{Key: p, Fence: r.fence,
+			Set:   []fencing.Assignment{fencing.Sub("available", r.taken)},
+			Where: []fencing.Condition{fencing.Ge("available", r.taken)}})
+		if err != nil {
+			return fmt.Errorf("store: place carts: take stock of %q: %w", p, err)
+		}
+	}
+	s.failpoints.Hit(failpoint.AfterDecrement)
+	return nil
 }
 
 // cartOrderOutcome is the outcome of a new cart order, with its snapshot.
@@ -254,24 +365,29 @@ func cartShortOutcome(c Cart, short []ShortLine, now time.Time) Outcome {
 	return out
 }
 
-// insertCart inserts a new cart order: its lines, then the order (product
-// NULL for several lines), with its snapshot.
-func insertCart(ctx context.Context, tx pgx.Tx, out Outcome) error {
-	o := out.Order
-	n := len(o.Lines)
-	ids, products, qty, amounts, fences := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	for i, l := range o.Lines {
-		ids[i], products[i], qty[i], amounts[i], fences[i] = o.ID, l.ProductID, l.Quantity, l.AmountCents, l.Fence
+// insertCarts inserts new cart orders: their lines, then the orders
+// (product NULL for several lines), with their snapshots.
+func insertCarts(ctx context.Context, tx pgx.Tx, made []Outcome) error {
+	if len(made) == 0 {
+		return nil
+	}
+	var ids, products []string
+	var qty, amounts, fences []int64
+	for _, m := range made {
+		for _, l := range m.Order.Lines {
+			ids, products = append(ids, m.Order.ID), append(products, l.ProductID)
+			qty, amounts, fences = append(qty, l.Quantity), append(amounts, l.AmountCents), append(fences, l.Fence)
+		}
 	}
 	if _, err := tx.Exec(ctx, insertLines, ids, products, qty, amounts, fences); err != nil {
-		return fmt.Errorf("store: place cart: insert lines: %w", err)
+		return fmt.Errorf("store: place carts: insert lines: %w", err)
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO orders (`+orderColumns+`, response_status, response_body)
-VALUES ($1, $2, NULLIF($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-		o.ID, o.UserID, o.ProductID, o.Quantity, o.AmountCents, o.IdempotencyKey, o.Fingerprint, string(o.Status),
-		o.Fence, o.CreatedAt, o.UpdatedAt, out.ResponseStatus, out.ResponseBody)
+SELECT a, b, NULLIF(c, ''), d, e, f, g, h, i, j, k, l, m FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[],
+  $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $11::timestamptz[], $12::int[], $13::bytea[])
+  AS x(a, b, c, d, e, f, g, h, i, j, k, l, m)`, orderRows(made)...)
 	if err != nil {
-		return fmt.Errorf("store: place cart: insert: %w", err)
+		return fmt.Errorf("store: place carts: insert: %w", err)
 	}
 	return nil
 }

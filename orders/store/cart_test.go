@@ -220,6 +220,48 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		}
 	})
 
+	t.Run("ABatchOfCartsIsFirstComeFirstServed", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "1", 3, 10)
+		e.seed(t, "2", 2, 20)
+		e.seed(t, "3", 5, 30)
+		if _, err := e.st.PlaceCart(ctx, cartOf("u0", "k", "1=1", "3=1")); err != nil { // saved before the batch
+			t.Fatal(err)
+		}
+		carts := []store.Cart{
+			cartOf("u0", "k", "1=1", "3=1"), // replayed
+			cartOf("u1", "k", "1=1", "2=2"), // takes both of 2
+			cartOf("u2", "k", "2=1", "3=1"), // short on 2: takes nothing
+			cartOf("u3", "k", "1=1", "3=4"), // 1 and 3 still cover it
+			cartOf("u1", "k", "1=1", "2=2"), // the same key again: the first answer
+		}
+		res, err := e.st.PlaceCarts(ctx, carts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantErr := []error{nil, nil, store.ErrOutOfStock, nil, nil}
+		for i, r := range res {
+			if (r.Err == nil) != (wantErr[i] == nil) || (wantErr[i] != nil && !errors.Is(r.Err, wantErr[i])) {
+				t.Fatalf("cart %d: %v, want %v", i, r.Err, wantErr[i])
+			}
+		}
+		if !res[0].Outcome.Replayed || !res[4].Outcome.Replayed || res[4].Outcome.Order.ID != res[1].Outcome.Order.ID {
+			t.Fatalf("replays: %+v / %+v", res[0].Outcome, res[4].Outcome)
+		}
+		if want := []store.ShortLine{{ProductID: "2", Quantity: 1, Available: 0}}; !slices.Equal(res[2].Outcome.Short, want) {
+			t.Fatalf("short lines %+v, want %+v", res[2].Outcome.Short, want)
+		}
+		if s := e.stocks(t, "1", "2", "3"); s[0].Available != 0 || s[1].Available != 0 || s[2].Available != 0 {
+			t.Fatalf("stock %+v, want 0 0 0", s)
+		}
+		if !slices.Equal(res[3].Left, []int64{0, 0}) {
+			t.Fatalf("left after cart 3: %v", res[3].Left)
+		}
+		noViolations(t, e)
+	})
+
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, srv)
