@@ -655,11 +655,16 @@ func TestNewTableRejectsBadNames(t *testing.T) {
 		{"t", "id", []fencing.TableOption{fencing.WithSchema("")}},
 		{"t", "id", []fencing.TableOption{fencing.WithFenceColumn("")}},
 		{"t", "id", []fencing.TableOption{fencing.WithFenceColumn("id")}},
+		{"t", "id", []fencing.TableOption{nil}},
 	}
 	for _, c := range bad {
 		if _, err := fencing.NewTable(c.table, c.key, c.opts...); !errors.Is(err, fencing.ErrInvalid) {
 			t.Errorf("NewTable(%q, %q) = %v, want ErrInvalid", c.table, c.key, err)
 		}
+	}
+	_, err := fencing.NewTable("t", "id", fencing.WithSchema("s"), nil)
+	if err == nil || !strings.Contains(err.Error(), "option 1 is nil") {
+		t.Errorf("a nil second option: %v, want an error naming option 1", err)
 	}
 }
 

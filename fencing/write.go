@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quorumlock/quorumlock/internal/option"
 )
 
 // DefaultFenceColumn is the fence column of a [Table] unless
@@ -34,7 +36,8 @@ type Table struct {
 	fence    string // quoted
 }
 
-// TableOption configures [NewTable].
+// TableOption configures [NewTable]. A nil option is an error wrapping
+// [ErrInvalid].
 type TableOption func(*tableConfig) error
 
 type tableConfig struct {
@@ -68,7 +71,8 @@ func WithFenceColumn(column string) TableOption {
 // NewTable describes table, whose rows are addressed by keyColumn (normally
 // the primary key). Names are taken verbatim (case-sensitive) and quoted as
 // identifiers; a name that is empty, longer than 63 bytes, not UTF-8 or
-// containing a NUL byte is rejected with an error wrapping [ErrInvalid].
+// containing a NUL byte is rejected with an error wrapping [ErrInvalid], as
+// is a nil option.
 func NewTable(table, keyColumn string, opts ...TableOption) (*Table, error) {
 	if err := validateIdent("table", table); err != nil {
 		return nil, err
@@ -77,13 +81,8 @@ func NewTable(table, keyColumn string, opts ...TableOption) (*Table, error) {
 		return nil, err
 	}
 	cfg := tableConfig{fence: DefaultFenceColumn}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&cfg, opts, ErrInvalid); err != nil {
+		return nil, err
 	}
 	if cfg.fence == keyColumn {
 		return nil, fmt.Errorf("%w: key column and fence column are both %q", ErrInvalid, keyColumn)

@@ -63,17 +63,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/integration/audit"
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/failpoint"
-	"github.com/quorumlock/quorumlock/orders/audit"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 

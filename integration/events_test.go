@@ -48,11 +48,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/events"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
 
 // eventsKit is the drills' bed and their binaries, built with -tags

@@ -10,6 +10,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/quorumlock/quorumlock/integration/payfake"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/payment"
 )
@@ -165,7 +166,7 @@ func TestStateMachine(t *testing.T) {
 	// A charge the provider refuses as invalid ends PAYMENT_FAILED with
 	// its reason, at once, not PAYING.
 	rejected := create("sm-5")
-	in.provider.Inject(payment.RequestID(rejected), payment.FaultReject)
+	in.provider.Inject(payment.RequestID(rejected), payfake.FaultReject)
 	a := act(rejected, "pay")
 	p, _ := a.json(t)["payment"].(map[string]any)
 	if a.Status != 200 || statusOf(a) != "PAYMENT_FAILED" || p["status"] != "FAILED" || !strings.Contains(fmt.Sprint(p["reason"]), "refused as invalid") {

@@ -16,6 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/payfake"
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders"
@@ -23,7 +25,6 @@ import (
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -74,7 +75,7 @@ type instance struct {
 	svc      *orders.Service
 	claims   *idem.Store
 	payments *payment.Service
-	provider *payment.Fake // nil unless the instance has its own fake
+	provider *payfake.Fake // nil unless the instance has its own fake
 }
 
 // instance starts one ordersd-equivalent service with its own clients and
@@ -82,7 +83,10 @@ type instance struct {
 // payment provider.
 func (r *rig) instance(t *testing.T, opts ...orders.Option) *instance {
 	t.Helper()
-	fake := payment.NewFake()
+	fake, err := payfake.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	in := r.instanceWith(t, fake, opts...)
 	in.provider = fake
 	return in

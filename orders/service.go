@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -234,7 +235,8 @@ func positive(d time.Duration, what string) error {
 	return nil
 }
 
-// New returns a service over st.
+// New returns a service over st. An invalid or nil option is an error
+// wrapping [ErrConfig].
 func New(st *store.Store, opts ...Option) (*Service, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: a store is required", ErrConfig)
@@ -242,13 +244,8 @@ func New(st *store.Store, opts ...Option) (*Service, error) {
 	c := config{fallback: FallbackDB, codes: CodesSeed, retry: time.Second, attempts: 3,
 		batchLimit: DefaultBatchLimit, queueLimit: DefaultQueueLimit, queueWait: DefaultQueueWait,
 		soldOutFor: DefaultSoldOutRecheck, log: slog.New(slog.DiscardHandler)}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: option %d is nil", ErrConfig, i)
-		}
-		if err := o(&c); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&c, opts, ErrConfig); err != nil {
+		return nil, err
 	}
 	s := &Service{store: st, config: c}
 	if c.locker != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/quorumlock/quorumlock/orders/audit"
+	"github.com/quorumlock/quorumlock/integration/audit"
 )
 
 // cartScenario has two users buy the same cart of two products, each with

@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/quorumlock/quorumlock/integration/audit"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/internal/syncbuf"
-	"github.com/quorumlock/quorumlock/orders/audit"
 	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 	"github.com/quorumlock/quorumlock/orders/watchdog"
 	"github.com/quorumlock/quorumlock/quorum"

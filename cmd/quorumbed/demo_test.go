@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/orders/audit"
+	"github.com/quorumlock/quorumlock/integration/audit"
 	"github.com/quorumlock/quorumlock/orders/watchdog"
 )
 

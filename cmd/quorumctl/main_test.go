@@ -18,10 +18,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/cliflags"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 

@@ -13,7 +13,7 @@
 //
 // The checks of an order run (one order per idempotency key, no oversell,
 // stock balance, one answer per request) are in package
-// github.com/quorumlock/quorumlock/orders/audit.
+// github.com/quorumlock/quorumlock/integration/audit.
 //
 // Each check returns a Report that lists the violations it found. The tests
 // of this package include negative controls: histories with a real violation

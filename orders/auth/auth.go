@@ -30,6 +30,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
 
@@ -73,8 +74,11 @@ type Verifier struct {
 	cfg    config
 }
 
-// Option configures NewVerifier and Mint.
+// Option configures NewVerifier and Mint. A nil option is an error.
 type Option func(*config) error
+
+// errOption is what a nil option's error wraps.
+var errOption = fmt.Errorf("auth: %w", ErrInvalidArgument)
 
 type config struct {
 	leeway      time.Duration
@@ -147,12 +151,8 @@ func WithClock(now func() time.Time) Option {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{now: time.Now, maxLifetime: DefaultMaxLifetime}
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+	err := option.Apply(&c, opts, errOption)
+	return c, err
 }
 
 func checkSecret(secret []byte) error {

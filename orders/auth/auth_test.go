@@ -234,6 +234,17 @@ func TestNewVerifier(t *testing.T) {
 	}
 }
 
+func TestNilOptionIsRefused(t *testing.T) {
+	_, err := auth.NewVerifier(testSecret(), nil)
+	if !errors.Is(err, auth.ErrInvalidArgument) || !strings.Contains(err.Error(), "option 0 is nil") {
+		t.Errorf("NewVerifier(secret, nil) err = %v, want ErrInvalidArgument naming option 0", err)
+	}
+	_, err = auth.Mint(testSecret(), "u1", time.Hour, auth.WithIssuer("iss"), nil)
+	if !errors.Is(err, auth.ErrInvalidArgument) || !strings.Contains(err.Error(), "option 1 is nil") {
+		t.Errorf("Mint(..., WithIssuer, nil) err = %v, want ErrInvalidArgument naming option 1", err)
+	}
+}
+
 func TestMint(t *testing.T) {
 	if _, err := auth.Mint([]byte("short"), "u1", time.Hour); !errors.Is(err, auth.ErrWeakSecret) {
 		t.Errorf("short secret: %v", err)

@@ -15,10 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/events"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
 
 func TestMain(m *testing.M) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/internal/option"
 )
 
 // Defaults of the relay and the consumers.
@@ -44,17 +45,14 @@ func defaults() settings {
 		statsEvery: DefaultStatsEvery, log: slog.New(slog.DiscardHandler)}
 }
 
-// Option configures a Relay or a Consumer.
+// Option configures a Relay or a Consumer. A nil option is an error
+// wrapping [ErrConfig].
 type Option func(*settings) error
 
 func apply(opts []Option) (settings, error) {
 	s := defaults()
-	for _, o := range opts {
-		if err := o(&s); err != nil {
-			return s, err
-		}
-	}
-	return s, nil
+	err := option.Apply(&s, opts, ErrConfig)
+	return s, err
 }
 
 func positive(name string, d time.Duration) error {

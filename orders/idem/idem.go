@@ -61,6 +61,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/option"
 )
 
 // Sentinel errors. Errors returned by a Store wrap at least one of them.
@@ -221,8 +223,11 @@ type Record struct {
 	Node int
 }
 
-// Option configures New.
+// Option configures New. A nil option is an error.
 type Option func(*config) error
+
+// errOption is what a nil option's error wraps.
+var errOption = fmt.Errorf("idem: %w", ErrInvalidArgument)
 
 type config struct {
 	ttl   time.Duration
@@ -283,10 +288,8 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 	}
 	c := config{ttl: DefaultTTL, lease: DefaultLease}
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&c, opts, errOption); err != nil {
+		return nil, err
 	}
 	if c.lease >= c.ttl {
 		return nil, fmt.Errorf("idem: %w: lease %v must be shorter than ttl %v", ErrInvalidArgument, c.lease, c.ttl)

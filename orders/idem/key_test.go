@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -216,6 +217,15 @@ func TestNew(t *testing.T) {
 	}
 	if s.TTL() != idem.DefaultTTL || s.Lease() != idem.DefaultLease {
 		t.Fatalf("defaults: ttl %v lease %v", s.TTL(), s.Lease())
+	}
+}
+
+func TestNewRefusesNilOption(t *testing.T) {
+	nodes := unusedNodes(1)
+	defer closeAll(nodes)
+	_, err := idem.New(nodes, idem.WithTTL(time.Hour), nil)
+	if !errors.Is(err, idem.ErrInvalidArgument) || !strings.Contains(err.Error(), "option 1 is nil") {
+		t.Fatalf("err = %v, want ErrInvalidArgument naming option 1", err)
 	}
 }
 

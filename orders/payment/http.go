@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
@@ -50,25 +51,31 @@ const (
 // [ErrInvalid] alone (the call, not the charge, was refused); neither is
 // retried. It is safe for concurrent use.
 type HTTPProvider struct {
-	base           *url.URL
+	base *url.URL
+	httpConfig
+}
+
+// HTTPOption configures [NewHTTPProvider]. A nil option is an error
+// wrapping [ErrInvalid].
+type HTTPOption func(*httpConfig) error
+
+// httpConfig is what the options of an HTTPProvider set.
+type httpConfig struct {
 	client         *http.Client
 	attemptTimeout time.Duration
 	retries        int
 	backoff        time.Duration
 }
 
-// HTTPOption configures [NewHTTPProvider].
-type HTTPOption func(*HTTPProvider) error
-
 // WithHTTPClient sets the HTTP client (default: one on
 // http.DefaultTransport that does not follow redirects). Bound calls with
 // [WithAttemptTimeout] and the context rather than the client's Timeout.
 func WithHTTPClient(c *http.Client) HTTPOption {
-	return func(p *HTTPProvider) error {
+	return func(hc *httpConfig) error {
 		if c == nil {
 			return fmt.Errorf("%w: nil HTTP client", ErrInvalid)
 		}
-		p.client = c
+		hc.client = c
 		return nil
 	}
 }
@@ -77,11 +84,11 @@ func WithHTTPClient(c *http.Client) HTTPOption {
 // included (default [DefaultAttemptTimeout]). An attempt that runs out of
 // time has an unknown outcome and is retried.
 func WithAttemptTimeout(d time.Duration) HTTPOption {
-	return func(p *HTTPProvider) error {
+	return func(c *httpConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: attempt timeout %v", ErrInvalid, d)
 		}
-		p.attemptTimeout = d
+		c.attemptTimeout = d
 		return nil
 	}
 }
@@ -92,21 +99,22 @@ func WithAttemptTimeout(d time.Duration) HTTPOption {
 // to [MaxRetryBackoff] and is jittered. No retry starts when the context
 // would end before it.
 func WithRetries(n int, base time.Duration) HTTPOption {
-	return func(p *HTTPProvider) error {
+	return func(c *httpConfig) error {
 		if n < 0 || n > maxHTTPRetries {
 			return fmt.Errorf("%w: %d retries, want 0..%d", ErrInvalid, n, maxHTTPRetries)
 		}
 		if base <= 0 {
 			return fmt.Errorf("%w: retry backoff %v", ErrInvalid, base)
 		}
-		p.retries, p.backoff = n, base
+		c.retries, c.backoff = n, base
 		return nil
 	}
 }
 
 // NewHTTPProvider returns a provider for the service at baseURL, an
 // absolute http or https URL without query or fragment; the API paths are
-// appended to its path.
+// appended to its path. An invalid or nil option is an error wrapping
+// [ErrInvalid].
 func NewHTTPProvider(baseURL string, opts ...HTTPOption) (*HTTPProvider, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
@@ -120,8 +128,7 @@ func NewHTTPProvider(baseURL string, opts ...HTTPOption) (*HTTPProvider, error) 
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = strings.TrimRight(u.RawPath, "/")
-	p := &HTTPProvider{
-		base: u,
+	c := httpConfig{
 		client: &http.Client{
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
@@ -129,15 +136,10 @@ func NewHTTPProvider(baseURL string, opts ...HTTPOption) (*HTTPProvider, error) 
 		retries:        DefaultRetries,
 		backoff:        DefaultRetryBackoff,
 	}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(p); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&c, opts, ErrInvalid); err != nil {
+		return nil, err
 	}
-	return p, nil
+	return &HTTPProvider{base: u, httpConfig: c}, nil
 }
 
 // httpCharge is the wire form of a charge.

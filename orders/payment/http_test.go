@@ -392,10 +392,15 @@ func TestHTTPProviderRejectsBadInput(t *testing.T) {
 		"negative retries": payment.WithRetries(-1, time.Millisecond),
 		"too many retries": payment.WithRetries(21, time.Millisecond),
 		"zero backoff":     payment.WithRetries(1, 0),
+		"nil option":       nil,
 	} {
 		if _, err := payment.NewHTTPProvider("http://127.0.0.1:8090", o); !errors.Is(err, payment.ErrInvalid) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	if _, err := payment.NewHTTPProvider("http://127.0.0.1:8090", payment.WithRetries(1, time.Millisecond), nil); err == nil ||
+		!strings.Contains(err.Error(), "option 1 is nil") {
+		t.Errorf("a nil second option: %v, want an error naming option 1", err)
 	}
 
 	b := newHTTPBed(t)

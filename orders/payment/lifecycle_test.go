@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/integration/payfake"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 	"github.com/quorumlock/quorumlock/orders/request"
@@ -20,7 +21,7 @@ import (
 type answer struct {
 	name  string
 	free  bool          // the order costs nothing
-	fault payment.Fault // played on the first charge; 0 for none
+	fault payfake.Fault // played on the first charge; 0 for none
 	// decide is what the provider eventually says about a charge it kept
 	// PENDING; 0 when it never keeps one pending.
 	decide payment.Status
@@ -71,12 +72,12 @@ updated_at = updated_at - interval '1 hour' WHERE order_id = $1`, id); err != ni
 func testEveryStateHasAWayOut(t *testing.T, srv pgServer) {
 	answers := []answer{
 		{name: "succeeds", want: store.StatusPaid},
-		{name: "declines", fault: payment.FaultDecline, want: store.StatusCancelled},
-		{name: "loses the reply", fault: payment.FaultLoseReply, want: store.StatusPaid},
-		{name: "loses the request", fault: payment.FaultDrop, want: store.StatusPaid},
-		{name: "pending, then succeeds", fault: payment.FaultPending, decide: payment.StatusSucceeded, want: store.StatusPaid},
-		{name: "pending, then declines", fault: payment.FaultPending, decide: payment.StatusFailed, want: store.StatusCancelled},
-		{name: "rejects the request", fault: payment.FaultReject, want: store.StatusCancelled},
+		{name: "declines", fault: payfake.FaultDecline, want: store.StatusCancelled},
+		{name: "loses the reply", fault: payfake.FaultLoseReply, want: store.StatusPaid},
+		{name: "loses the request", fault: payfake.FaultDrop, want: store.StatusPaid},
+		{name: "pending, then succeeds", fault: payfake.FaultPending, decide: payment.StatusSucceeded, want: store.StatusPaid},
+		{name: "pending, then declines", fault: payfake.FaultPending, decide: payment.StatusFailed, want: store.StatusCancelled},
+		{name: "rejects the request", fault: payfake.FaultReject, want: store.StatusCancelled},
 		{name: "free order", free: true, want: store.StatusPaid},
 	}
 	for _, a := range answers {
@@ -203,7 +204,7 @@ func testRejectedChargeFailsForGood(t *testing.T, srv pgServer) {
 		ctx := context.Background()
 		o := e.order(t)
 		rid := payment.RequestID(o.ID)
-		e.fake.Inject(rid, payment.FaultReject)
+		e.fake.Inject(rid, payfake.FaultReject)
 		got, err := e.svc.Pay(ctx, o.ID)
 		var fe *payment.FailedError
 		if !errors.As(err, &fe) || !fe.Rejected || !errors.Is(err, payment.ErrRejected) || !errors.Is(err, payment.ErrDeclined) {
@@ -235,8 +236,8 @@ func testRejectedChargeFailsForGood(t *testing.T, srv pgServer) {
 		ctx := context.Background()
 		o := e.order(t)
 		rid := payment.RequestID(o.ID)
-		e.fake.Inject(rid, payment.FaultDrop)
-		e.fake.Inject(rid, payment.FaultReject)
+		e.fake.Inject(rid, payfake.FaultDrop)
+		e.fake.Inject(rid, payfake.FaultReject)
 		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
 			t.Fatalf("Pay: %v", err)
 		}

@@ -13,8 +13,9 @@
 // orders, asks the provider about the same id, and settles them; if the
 // provider never saw the charge, it sends it again with the same id.
 //
-// [Fake] is an in-memory provider for tests and the demo that can decline,
-// lose requests or replies, keep charges pending, and add latency.
+// [HTTPProvider] talks to a provider over HTTP; orders/payment/fakepay is
+// the HTTP fake provider that cmd/fakepay serves. The in-process fake for
+// tests is test support, in integration/payfake.
 package payment
 
 import (
@@ -81,7 +82,7 @@ var (
 	ErrInvalid = errors.New("payment: invalid input")
 
 	// ErrTimeout reports a provider call whose outcome is unknown because
-	// no reply arrived. The Fake returns it; real providers may return any
+	// no reply arrived. The fakes return it; real providers may return any
 	// error for the same meaning.
 	ErrTimeout = errors.New("payment: provider did not reply")
 

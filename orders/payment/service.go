@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -34,25 +35,31 @@ const (
 // Service pays orders and reconciles payments whose outcome is unknown. It
 // is safe for concurrent use, also from several processes on one database.
 type Service struct {
-	store         Store
-	provider      Provider
+	store    Store
+	provider Provider
+	serviceConfig
+}
+
+// Option configures [NewService]. A nil option is an error wrapping
+// [ErrInvalid].
+type Option func(*serviceConfig) error
+
+// serviceConfig is what the options of a Service set.
+type serviceConfig struct {
 	callTimeout   time.Duration
 	settleTimeout time.Duration
 	batch         int
 	failpoints    *failpoint.Set
 }
 
-// Option configures [NewService].
-type Option func(*Service) error
-
 // WithCallTimeout bounds each provider call (default [DefaultCallTimeout]).
 // A call that runs out of time counts as an unknown outcome.
 func WithCallTimeout(d time.Duration) Option {
-	return func(s *Service) error {
+	return func(c *serviceConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: call timeout %v", ErrInvalid, d)
 		}
-		s.callTimeout = d
+		c.callTimeout = d
 		return nil
 	}
 }
@@ -61,11 +68,11 @@ func WithCallTimeout(d time.Duration) Option {
 // [DefaultSettleTimeout]). The recording runs even when the caller's
 // context has ended, because money may already have moved.
 func WithSettleTimeout(d time.Duration) Option {
-	return func(s *Service) error {
+	return func(c *serviceConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: settle timeout %v", ErrInvalid, d)
 		}
-		s.settleTimeout = d
+		c.settleTimeout = d
 		return nil
 	}
 }
@@ -73,11 +80,11 @@ func WithSettleTimeout(d time.Duration) Option {
 // WithReconcileBatch sets how many payments one Reconcile call examines at
 // most (default [DefaultReconcileBatch], at most store.MaxPendingBatch).
 func WithReconcileBatch(n int) Option {
-	return func(s *Service) error {
+	return func(c *serviceConfig) error {
 		if n < 1 || n > store.MaxPendingBatch {
 			return fmt.Errorf("%w: reconcile batch %d is outside 1..%d", ErrInvalid, n, store.MaxPendingBatch)
 		}
-		s.batch = n
+		c.batch = n
 		return nil
 	}
 }
@@ -86,31 +93,20 @@ func WithReconcileBatch(n int) Option {
 // internal/failpoint: only a build with the failpoints tag can arm any). A
 // nil Set, the default, arms none.
 func WithFailpoints(fp *failpoint.Set) Option {
-	return func(s *Service) error { s.failpoints = fp; return nil }
+	return func(c *serviceConfig) error { c.failpoints = fp; return nil }
 }
 
 // NewService returns a Service that records payments in st and charges
-// through p.
+// through p. An invalid or nil option is an error wrapping [ErrInvalid].
 func NewService(st Store, p Provider, opts ...Option) (*Service, error) {
 	if st == nil || p == nil {
 		return nil, fmt.Errorf("%w: nil store or provider", ErrInvalid)
 	}
-	s := &Service{
-		store:         st,
-		provider:      p,
-		callTimeout:   DefaultCallTimeout,
-		settleTimeout: DefaultSettleTimeout,
-		batch:         DefaultReconcileBatch,
+	c := serviceConfig{callTimeout: DefaultCallTimeout, settleTimeout: DefaultSettleTimeout, batch: DefaultReconcileBatch}
+	if err := option.Apply(&c, opts, ErrInvalid); err != nil {
+		return nil, err
 	}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
+	return &Service{store: st, provider: p, serviceConfig: c}, nil
 }
 
 // Why a payment is still open, as [PendingError.Reason] and the payment

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,11 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/integration/payfake"
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -28,7 +30,7 @@ type pgServer = *testbed.PostgresNode
 type env struct {
 	pool *pgxpool.Pool
 	st   *store.Store
-	fake *payment.Fake
+	fake *payfake.Fake
 	svc  *payment.Service
 	keys int
 }
@@ -41,12 +43,22 @@ func newEnv(t *testing.T, srv pgServer, opts ...payment.Option) *env {
 	if err := st.SeedProduct(ctx, "42", 100, 1999); err != nil {
 		t.Fatal(err)
 	}
-	fake := payment.NewFake()
+	fake := newFake(t)
 	svc, err := payment.NewService(st, fake, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{pool: pool, st: st, fake: fake, svc: svc}
+}
+
+// newFake is an in-process fake provider.
+func newFake(t *testing.T) *payfake.Fake {
+	t.Helper()
+	f, err := payfake.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // order places a new CREATED order for product 42.
@@ -372,7 +384,7 @@ func TestPostgres(t *testing.T) {
 			ids = append(ids, payment.RequestID(o.ID))
 		}
 		// Both are unknown to the provider; the first re-charge is lost.
-		e.fake.DropNext(payment.AnyRequest)
+		e.fake.DropNext(payfake.AnyRequest)
 		e.age(t)
 		rep, err := e.svc.Reconcile(ctx, 0)
 		if err == nil || !errors.Is(err, payment.ErrTimeout) || rep.Errors != 1 || rep.Paid != 1 || rep.Recharged != 2 {
@@ -421,7 +433,7 @@ func TestPostgres(t *testing.T) {
 }
 
 func TestNewServiceRejectsBadConfig(t *testing.T) {
-	fake := payment.NewFake()
+	fake := newFake(t)
 	if _, err := payment.NewService(nil, fake); !errors.Is(err, payment.ErrInvalid) {
 		t.Fatalf("nil store: %v", err)
 	}
@@ -430,10 +442,15 @@ func TestNewServiceRejectsBadConfig(t *testing.T) {
 		payment.WithSettleTimeout(-1),
 		payment.WithReconcileBatch(0),
 		payment.WithReconcileBatch(store.MaxPendingBatch + 1),
+		nil,
 	} {
 		if _, err := payment.NewService(&store.Store{}, fake, o); !errors.Is(err, payment.ErrInvalid) {
 			t.Errorf("option accepted: %v", err)
 		}
+	}
+	if _, err := payment.NewService(&store.Store{}, fake, payment.WithReconcileBatch(2), nil); err == nil ||
+		!strings.Contains(err.Error(), "option 1 is nil") {
+		t.Errorf("a nil second option: %v, want an error naming option 1", err)
 	}
 }
 

@@ -108,6 +108,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/quorumlock/quorumlock/internal/option"
 )
 
 // Limits of the order path. They are the one set: the store, the
@@ -162,7 +164,13 @@ var (
 	// ErrInvalidIdempotencyKey: the Idempotency-Key header is invalid or
 	// repeated.
 	ErrInvalidIdempotencyKey = errors.New("invalid Idempotency-Key")
+	// ErrConfig: an option is invalid (nil). It is the caller's mistake,
+	// not the client's, and nothing was read.
+	ErrConfig = errors.New("invalid option")
 )
+
+// errOption is what a nil option's error wraps.
+var errOption = fmt.Errorf("request: %w", ErrConfig)
 
 // Error is a request error: which field, why, and the sentinel it wraps.
 type Error struct {
@@ -295,8 +303,9 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// Option configures Parse and ParseBytes.
-type Option func(*config)
+// Option configures Parse and ParseBytes. A nil option is an error
+// wrapping ErrConfig.
+type Option func(*config) error
 
 type config struct {
 	maxBytes int64
@@ -305,28 +314,31 @@ type config struct {
 // WithMaxBytes sets the body size limit. Values below 1 keep the default,
 // MaxBodyBytes.
 func WithMaxBytes(n int64) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if n > 0 {
 			c.maxBytes = n
 		}
+		return nil
 	}
 }
 
-func newConfig(opts []Option) config {
+func newConfig(opts []Option) (config, error) {
 	c := config{maxBytes: MaxBodyBytes}
-	for _, o := range opts {
-		o(&c)
-	}
-	return c
+	err := option.Apply(&c, opts, errOption)
+	return c, err
 }
 
 // Parse reads at most the size limit plus one byte from r and parses the
 // body. Errors are *Error values wrapping ErrTooLarge, ErrMalformed,
 // ErrMissingField, ErrInvalidField or ErrDuplicateField, or an error wrapping
 // ErrRead when r fails. An *http.MaxBytesError from r (http.MaxBytesReader)
-// counts as ErrTooLarge.
+// counts as ErrTooLarge. A nil option is an error wrapping ErrConfig, and
+// then nothing is read.
 func Parse(r io.Reader, opts ...Option) (Order, error) {
-	c := newConfig(opts)
+	c, err := newConfig(opts)
+	if err != nil {
+		return Order{}, err
+	}
 	data, err := io.ReadAll(io.LimitReader(r, c.maxBytes+1))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -341,7 +353,11 @@ func Parse(r io.Reader, opts ...Option) (Order, error) {
 // ParseBytes parses a body held in memory, with the same rules and errors as
 // Parse.
 func ParseBytes(data []byte, opts ...Option) (Order, error) {
-	return parse(data, newConfig(opts))
+	c, err := newConfig(opts)
+	if err != nil {
+		return Order{}, err
+	}
+	return parse(data, c)
 }
 
 // Indexes of the top-level fields.

@@ -194,6 +194,21 @@ func TestParseWithMaxBytes(t *testing.T) {
 	}
 }
 
+func TestParseRefusesNilOption(t *testing.T) {
+	body := `{"productId":"42","quantity":1,"addressVersion":"v1"}`
+	r := &countingReader{r: strings.NewReader(body)}
+	_, err := request.Parse(r, request.WithMaxBytes(100), nil)
+	if !errors.Is(err, request.ErrConfig) || !strings.Contains(err.Error(), "option 1 is nil") {
+		t.Fatalf("Parse: err = %v, want ErrConfig naming option 1", err)
+	}
+	if r.n != 0 {
+		t.Fatalf("Parse read %d bytes with a nil option, want none", r.n)
+	}
+	if _, err := request.ParseBytes([]byte(body), nil); !errors.Is(err, request.ErrConfig) || !strings.Contains(err.Error(), "option 0 is nil") {
+		t.Fatalf("ParseBytes: err = %v, want ErrConfig naming option 0", err)
+	}
+}
+
 func TestParseMaxBytesReader(t *testing.T) {
 	body := `{"productId":"42","quantity":1,"addressVersion":"v1"}`
 	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
 
@@ -188,18 +189,24 @@ type Store struct {
 	failpoints *failpoint.Set
 }
 
-// Option configures [New].
-type Option func(*Store) error
+// Option configures [New]. A nil option is an error wrapping [ErrInvalid].
+type Option func(*config) error
+
+// config is what the options of a Store set.
+type config struct {
+	failpoints *failpoint.Set
+}
 
 // WithFailpoints arms the crash points of fp inside the store's
 // transactions, for drills (see internal/failpoint). A nil Set, the
 // default, arms none.
 func WithFailpoints(fp *failpoint.Set) Option {
-	return func(s *Store) error { s.failpoints = fp; return nil }
+	return func(c *config) error { c.failpoints = fp; return nil }
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool and
-// closes it after the last call.
+// closes it after the last call. A nil pool or a nil option is an error
+// wrapping [ErrInvalid].
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalid)
@@ -208,16 +215,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{pool: pool, stock: stock}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	var c config
+	if err := option.Apply(&c, opts, ErrInvalid); err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &Store{pool: pool, stock: stock, failpoints: c.failpoints}, nil
 }
 
 // MaxConns is the size of the store's connection pool: how many

@@ -20,11 +20,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 )
 
 func TestMain(m *testing.M) {

@@ -35,6 +35,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		"negative stuck age": {downDB{}, watchdog.WithStuckPayingAfter(-time.Minute), "stuck-PAYING age"},
 		"zero timeout":       {downDB{}, watchdog.WithTimeout(0), "timeout"},
 		"nil logger":         {downDB{}, watchdog.WithLogger(nil), "logger"},
+		"nil option":         {downDB{}, nil, "option 0 is nil"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			w, err := watchdog.New(c.db, c.opt)

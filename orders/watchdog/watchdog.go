@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -92,8 +93,12 @@ func (r Report) Counts() map[string]int {
 	return out
 }
 
-// Option configures a [Watchdog].
-type Option func(*settings)
+// Option configures a [Watchdog]. [New] checks the values; a nil option
+// is an error wrapping [store.ErrInvalid].
+type Option func(*settings) error
+
+// errOption is what a nil option's error wraps.
+var errOption = fmt.Errorf("watchdog: %w", store.ErrInvalid)
 
 type settings struct {
 	interval, stuckAfter, timeout time.Duration
@@ -103,27 +108,37 @@ type settings struct {
 
 // WithInterval sets the time between two rounds of [Watchdog.Run]
 // (default [DefaultInterval]). It must be positive.
-func WithInterval(d time.Duration) Option { return func(s *settings) { s.interval = d } }
+func WithInterval(d time.Duration) Option {
+	return func(s *settings) error { s.interval = d; return nil }
+}
 
 // WithStuckPayingAfter sets how long an order may stay PAYING before the
 // stuck_paying check counts it (default [DefaultStuckPayingAfter]). It
 // must be positive; keep it well above the time the payment reconciler
 // needs to settle a payment whose reply was lost, or healthy payments page.
-func WithStuckPayingAfter(d time.Duration) Option { return func(s *settings) { s.stuckAfter = d } }
+func WithStuckPayingAfter(d time.Duration) Option {
+	return func(s *settings) error { s.stuckAfter = d; return nil }
+}
 
 // WithTimeout bounds each round of [Watchdog.Run] (default
 // [DefaultTimeout]), so that a database that hangs fails the round instead
 // of freezing the watchdog. It must be positive. [Watchdog.CheckOnce] is
 // bounded by its context only.
-func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout = d } }
+func WithTimeout(d time.Duration) Option {
+	return func(s *settings) error { s.timeout = d; return nil }
+}
 
 // WithLogger sets the logger of violations (Error) and failed rounds
 // (Warn). The default discards everything.
-func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.log = l } }
+func WithLogger(l *slog.Logger) Option {
+	return func(s *settings) error { s.log = l; return nil }
+}
 
 // WithRegisterer registers the watchdog's metrics on reg. Without it (or
 // with nil) the metrics are kept but exported nowhere.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(s *settings) { s.reg = reg } }
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(s *settings) error { s.reg = reg; return nil }
+}
 
 // Watchdog runs the checks and publishes their results. Its methods are
 // safe for concurrent use; rounds never overlap.
@@ -151,8 +166,8 @@ func New(db store.Beginner, opts ...Option) (*Watchdog, error) {
 		timeout:    DefaultTimeout,
 		log:        slog.New(slog.DiscardHandler),
 	}
-	for _, o := range opts {
-		o(&s)
+	if err := option.Apply(&s, opts, errOption); err != nil {
+		return nil, err
 	}
 	switch {
 	case db == nil:

@@ -19,12 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/syncbuf"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/orders/store/storetest"
 	"github.com/quorumlock/quorumlock/orders/watchdog"
 )
 

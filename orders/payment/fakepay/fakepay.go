@@ -54,6 +54,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/orders/payment"
 )
 
@@ -203,15 +204,8 @@ var (
 // Server is the fake provider. It is safe for concurrent use; create it
 // with [New] and release it with [Server.Close].
 type Server struct {
-	clock    func() time.Time
-	log      *slog.Logger
-	dataPath string
-	cbURL    string
-	secret   []byte
-	client   *http.Client
-	attempts int
-	backoff  time.Duration
-	handler  http.Handler
+	config
+	handler http.Handler
 
 	mu       sync.Mutex // guards the fields below, and the journal
 	closed   bool
@@ -242,8 +236,20 @@ type queuedFault struct {
 	extra int // FaultDuplicateCallback: extra deliveries
 }
 
-// Option configures [New].
-type Option func(*Server) error
+// Option configures [New]. A nil option is an error wrapping [ErrInvalid].
+type Option func(*config) error
+
+// config is what the options of a Server set.
+type config struct {
+	clock    func() time.Time
+	log      *slog.Logger
+	dataPath string
+	cbURL    string
+	secret   []byte
+	client   *http.Client
+	attempts int
+	backoff  time.Duration
+}
 
 // WithDataFile keeps the state in the file at path: every state change is
 // appended as one JSON line and synced to disk before it is answered, and
@@ -251,11 +257,11 @@ type Option func(*Server) error
 // idempotent. Queued faults and the request counters of [Stats] are not
 // kept. Without it the state lives in memory only.
 func WithDataFile(path string) Option {
-	return func(s *Server) error {
+	return func(c *config) error {
 		if path == "" {
 			return fmt.Errorf("%w: empty data file path", ErrInvalid)
 		}
-		s.dataPath = path
+		c.dataPath = path
 		return nil
 	}
 }
@@ -264,7 +270,7 @@ func WithDataFile(path string) Option {
 // (http or https) when a charge reaches a final status. The secret signs
 // the callbacks and must not be empty; it is copied.
 func WithCallback(callbackURL string, secret []byte) Option {
-	return func(s *Server) error {
+	return func(c *config) error {
 		u, err := url.Parse(callbackURL)
 		if err != nil {
 			return fmt.Errorf("%w: callback URL: %w", ErrInvalid, err)
@@ -275,8 +281,8 @@ func WithCallback(callbackURL string, secret []byte) Option {
 		if len(secret) == 0 {
 			return fmt.Errorf("%w: empty callback secret", ErrInvalid)
 		}
-		s.cbURL = u.String()
-		s.secret = append([]byte(nil), secret...)
+		c.cbURL = u.String()
+		c.secret = append([]byte(nil), secret...)
 		return nil
 	}
 }
@@ -284,12 +290,12 @@ func WithCallback(callbackURL string, secret []byte) Option {
 // WithHTTPClient sets the client that delivers callbacks (default: a
 // client of its own that does not follow redirects). Close closes its
 // idle connections.
-func WithHTTPClient(c *http.Client) Option {
-	return func(s *Server) error {
-		if c == nil {
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) error {
+		if hc == nil {
 			return fmt.Errorf("%w: nil HTTP client", ErrInvalid)
 		}
-		s.client = c
+		c.client = hc
 		return nil
 	}
 }
@@ -297,11 +303,11 @@ func WithHTTPClient(c *http.Client) Option {
 // WithClock sets the clock of the callback signatures' timestamps
 // (default time.Now). Retry waits use the real time.
 func WithClock(now func() time.Time) Option {
-	return func(s *Server) error {
+	return func(c *config) error {
 		if now == nil {
 			return fmt.Errorf("%w: nil clock", ErrInvalid)
 		}
-		s.clock = now
+		c.clock = now
 		return nil
 	}
 }
@@ -311,14 +317,14 @@ func WithClock(now func() time.Time) Option {
 // failure (default [DefaultCallbackBackoff]), which doubles after each
 // failure up to [MaxCallbackBackoff] and is jittered.
 func WithCallbackRetry(attempts int, base time.Duration) Option {
-	return func(s *Server) error {
+	return func(c *config) error {
 		if attempts < 1 || attempts > maxCallbackTries {
 			return fmt.Errorf("%w: callback attempts %d, want 1..%d", ErrInvalid, attempts, maxCallbackTries)
 		}
 		if base <= 0 {
 			return fmt.Errorf("%w: callback backoff %v", ErrInvalid, base)
 		}
-		s.attempts, s.backoff = attempts, base
+		c.attempts, c.backoff = attempts, base
 		return nil
 	}
 }
@@ -326,38 +332,32 @@ func WithCallbackRetry(attempts int, base time.Duration) Option {
 // WithLogger sets where callback failures and data file repairs are logged
 // (default: nowhere).
 func WithLogger(l *slog.Logger) Option {
-	return func(s *Server) error {
+	return func(c *config) error {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalid)
 		}
-		s.log = l
+		c.log = l
 		return nil
 	}
 }
 
 // New returns a server with the state of its data file, if any, and starts
 // its callback worker when callbacks are configured. Final charges whose
-// callback was not delivered before a restart are delivered again.
+// callback was not delivered before a restart are delivered again. An
+// invalid or nil option is an error wrapping [ErrInvalid].
 func New(opts ...Option) (*Server, error) {
+	c := config{clock: time.Now, log: slog.New(slog.DiscardHandler), attempts: DefaultCallbackAttempts, backoff: DefaultCallbackBackoff}
+	if err := option.Apply(&c, opts, ErrInvalid); err != nil {
+		return nil, err
+	}
 	s := &Server{
-		clock:    time.Now,
-		log:      slog.New(slog.DiscardHandler),
-		attempts: DefaultCallbackAttempts,
-		backoff:  DefaultCallbackBackoff,
+		config:   c,
 		charges:  make(map[string]*record),
 		faults:   make(map[string][]queuedFault),
 		received: make(map[string]int),
 		done:     make(chan struct{}),
 	}
 	s.cb.wake = make(chan struct{}, 1)
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
-	}
 	if s.client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		s.client = &http.Client{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -520,6 +521,7 @@ func TestBadOptions(t *testing.T) {
 		"too many":         fakepay.WithCallbackRetry(101, time.Second),
 		"zero backoff":     fakepay.WithCallbackRetry(3, 0),
 		"data dir missing": fakepay.WithDataFile(filepath.Join(t.TempDir(), "no", "such", "file")),
+		"nil option":       nil,
 	} {
 		s, err := fakepay.New(o)
 		if err == nil {
@@ -529,6 +531,9 @@ func TestBadOptions(t *testing.T) {
 		if name != "data dir missing" && !errors.Is(err, fakepay.ErrInvalid) {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+	if _, err := fakepay.New(fakepay.WithLogger(slog.Default()), nil); err == nil || !strings.Contains(err.Error(), "option 1 is nil") {
+		t.Fatalf("a nil second option: %v, want an error naming option 1", err)
 	}
 }
 

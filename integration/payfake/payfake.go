@@ -1,4 +1,10 @@
-package payment
+// Package payfake is an in-process payment provider for tests and the
+// demo: a [payment.Provider] that is idempotent on the payment request id,
+// counts what happened to each id, and fails on demand (declines, lost
+// replies, lost requests, pending charges, refusals). It is test support,
+// so no production package may import it; the HTTP fake provider that
+// cmd/fakepay serves is orders/payment/fakepay.
+package payfake
 
 import (
 	"context"
@@ -7,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/internal/wait"
+	"github.com/quorumlock/quorumlock/orders/payment"
 )
 
 // AnyRequest, given as the id of a fault, makes the fault apply to the next
@@ -24,10 +32,10 @@ const (
 	// and no money moves. On an id already charged it changes nothing.
 	FaultDecline Fault = iota + 1
 	// FaultLoseReply processes the charge normally, then loses the reply:
-	// Charge returns ErrTimeout although the charge happened.
+	// Charge returns [payment.ErrTimeout] although the charge happened.
 	FaultLoseReply
 	// FaultDrop loses the request before it reaches the provider: nothing
-	// is recorded and Charge returns ErrTimeout.
+	// is recorded and Charge returns [payment.ErrTimeout].
 	FaultDrop
 	// FaultPending accepts a new charge as PENDING; Query answers PENDING
 	// until Complete settles it. On an id already charged it changes
@@ -35,7 +43,7 @@ const (
 	FaultPending
 	// FaultReject refuses the request as invalid, as a provider does with
 	// an amount or a field it cannot take: nothing is recorded and Charge
-	// returns an error matching ErrRejected.
+	// returns an error matching [payment.ErrRejected].
 	FaultReject
 )
 
@@ -56,10 +64,10 @@ func (f Fault) String() string {
 	return "Fault(" + strconv.Itoa(int(f)) + ")"
 }
 
-// Fake is an in-memory payment provider for tests and the demo. It is
-// idempotent on the payment request id like a real provider should be,
-// counts what happened to each id, and fails on demand. It is safe for
-// concurrent use; the zero value is not usable, call [NewFake].
+// Fake is an in-memory payment provider for tests. It is idempotent on
+// the payment request id like a real provider should be, counts what
+// happened to each id, and fails on demand. It is safe for concurrent use;
+// the zero value is not usable, call [New].
 type Fake struct {
 	mu       sync.Mutex
 	latency  time.Duration
@@ -70,34 +78,41 @@ type Fake struct {
 }
 
 type fakeRecord struct {
-	req     ChargeRequest
-	result  Result
+	req     payment.ChargeRequest
+	result  payment.Result
 	charged int // times money moved for this id: 0 or 1
 }
 
-// FakeOption configures [NewFake].
-type FakeOption func(*Fake)
+// Option configures [New].
+type Option func(*config) error
+
+type config struct {
+	latency time.Duration
+}
+
+// errOption is what a nil option's error wraps.
+var errOption = fmt.Errorf("payfake: %w", payment.ErrInvalid)
 
 // WithLatency delays every Charge and Query by d before the provider sees
 // it. A context that ends during the delay aborts the call: the request
-// never arrives.
-func WithLatency(d time.Duration) FakeOption {
-	return func(f *Fake) { f.latency = max(d, 0) }
+// never arrives. A d below 0 counts as 0.
+func WithLatency(d time.Duration) Option {
+	return func(c *config) error { c.latency = max(d, 0); return nil }
 }
 
-// NewFake returns a Fake with no charges and no faults queued.
-func NewFake(opts ...FakeOption) *Fake {
-	f := &Fake{
+// New returns a Fake with no charges and no faults queued. A nil option is
+// an error wrapping [payment.ErrInvalid].
+func New(opts ...Option) (*Fake, error) {
+	var c config
+	if err := option.Apply(&c, opts, errOption); err != nil {
+		return nil, err
+	}
+	return &Fake{
+		latency:  c.latency,
 		records:  make(map[string]*fakeRecord),
 		faults:   make(map[string][]Fault),
 		received: make(map[string]int),
-	}
-	for _, o := range opts {
-		if o != nil {
-			o(f)
-		}
-	}
-	return f
+	}, nil
 }
 
 // SetLatency changes the delay of later calls.
@@ -119,7 +134,7 @@ func (f *Fake) Inject(id string, fault Fault) {
 func (f *Fake) FailNext(id string) { f.Inject(id, FaultDecline) }
 
 // LoseReplyNext makes the next charge of id ([AnyRequest] for any) happen
-// but return ErrTimeout: the "charged, then the reply was lost" case.
+// but return [payment.ErrTimeout]: the "charged, then the reply was lost" case.
 func (f *Fake) LoseReplyNext(id string) { f.Inject(id, FaultLoseReply) }
 
 // DropNext makes the next charge of id ([AnyRequest] for any) time out
@@ -130,20 +145,20 @@ func (f *Fake) DropNext(id string) { f.Inject(id, FaultDrop) }
 // PENDING until [Fake.Complete].
 func (f *Fake) PendNext(id string) { f.Inject(id, FaultPending) }
 
-// Complete settles a PENDING charge as StatusSucceeded or StatusFailed, as
-// the provider would later on.
-func (f *Fake) Complete(id string, status Status) error {
-	if status != StatusSucceeded && status != StatusFailed {
-		return fmt.Errorf("%w: cannot complete a charge as %q", ErrInvalid, status)
+// Complete settles a PENDING charge as [payment.StatusSucceeded] or
+// [payment.StatusFailed], as the provider would later on.
+func (f *Fake) Complete(id string, status payment.Status) error {
+	if status != payment.StatusSucceeded && status != payment.StatusFailed {
+		return fmt.Errorf("%w: cannot complete a charge as %q", payment.ErrInvalid, status)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.records[id]
-	if !ok || r.result.Status != StatusPending {
-		return fmt.Errorf("%w: no pending charge %q", ErrInvalid, id)
+	if !ok || r.result.Status != payment.StatusPending {
+		return fmt.Errorf("%w: no pending charge %q", payment.ErrInvalid, id)
 	}
 	r.result.Status = status
-	if status == StatusSucceeded {
+	if status == payment.StatusSucceeded {
 		r.charged++
 	}
 	return nil
@@ -179,13 +194,13 @@ func (f *Fake) Calls(id string) int {
 	return f.received[id]
 }
 
-// Charge implements [Provider].
-func (f *Fake) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
+// Charge implements [payment.Provider].
+func (f *Fake) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Result, error) {
 	if req.PaymentRequestID == "" || req.AmountCents <= 0 {
-		return Result{}, Reject(fmt.Sprintf("fake provider: charge %q of %d cents: want an id and a positive amount", req.PaymentRequestID, req.AmountCents))
+		return payment.Result{}, payment.Reject(fmt.Sprintf("fake provider: charge %q of %d cents: want an id and a positive amount", req.PaymentRequestID, req.AmountCents))
 	}
 	if err := f.wait(ctx); err != nil {
-		return Result{}, err
+		return payment.Result{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -193,46 +208,46 @@ func (f *Fake) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
 	fault := f.takeFault(req.PaymentRequestID)
 	switch fault {
 	case FaultDrop:
-		return Result{}, fmt.Errorf("fake provider: charge %s: request lost: %w", req.PaymentRequestID, ErrTimeout)
+		return payment.Result{}, fmt.Errorf("fake provider: charge %s: request lost: %w", req.PaymentRequestID, payment.ErrTimeout)
 	case FaultReject:
 		f.received[req.PaymentRequestID]++
-		return Result{}, Reject("fake provider: charge " + req.PaymentRequestID + " refused as invalid")
+		return payment.Result{}, payment.Reject("fake provider: charge " + req.PaymentRequestID + " refused as invalid")
 	}
 	f.received[req.PaymentRequestID]++
 	r, ok := f.records[req.PaymentRequestID]
 	if !ok {
 		f.seq++
-		r = &fakeRecord{req: req, result: Result{Status: StatusSucceeded, ProviderRef: "fake-" + strconv.Itoa(f.seq)}}
+		r = &fakeRecord{req: req, result: payment.Result{Status: payment.StatusSucceeded, ProviderRef: "fake-" + strconv.Itoa(f.seq)}}
 		switch fault {
 		case FaultDecline:
-			r.result.Status = StatusFailed
+			r.result.Status = payment.StatusFailed
 		case FaultPending:
-			r.result.Status = StatusPending
+			r.result.Status = payment.StatusPending
 		default:
 			r.charged = 1
 		}
 		f.records[req.PaymentRequestID] = r
 	}
 	if fault == FaultLoseReply {
-		return Result{}, fmt.Errorf("fake provider: charge %s: reply lost: %w", req.PaymentRequestID, ErrTimeout)
+		return payment.Result{}, fmt.Errorf("fake provider: charge %s: reply lost: %w", req.PaymentRequestID, payment.ErrTimeout)
 	}
 	return r.result, nil
 }
 
-// Query implements [Provider].
-func (f *Fake) Query(ctx context.Context, paymentRequestID string) (Result, error) {
+// Query implements [payment.Provider].
+func (f *Fake) Query(ctx context.Context, paymentRequestID string) (payment.Result, error) {
 	if paymentRequestID == "" {
-		return Result{}, fmt.Errorf("%w: empty payment request id", ErrInvalid)
+		return payment.Result{}, fmt.Errorf("%w: empty payment request id", payment.ErrInvalid)
 	}
 	if err := f.wait(ctx); err != nil {
-		return Result{}, err
+		return payment.Result{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r, ok := f.records[paymentRequestID]; ok {
 		return r.result, nil
 	}
-	return Result{Status: StatusNotFound}, nil
+	return payment.Result{Status: payment.StatusNotFound}, nil
 }
 
 // takeFault pops the next fault for id, or for any id. Callers hold mu.
@@ -258,7 +273,7 @@ func (f *Fake) wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if err := wait.Sleep(ctx, d); err != nil {
-		return fmt.Errorf("fake provider: %w (%w)", ErrTimeout, err)
+		return fmt.Errorf("fake provider: %w (%w)", payment.ErrTimeout, err)
 	}
 	return nil
 }

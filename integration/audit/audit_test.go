@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quorumlock/quorumlock/orders/audit"
+	"github.com/quorumlock/quorumlock/integration/audit"
 )
 
 // cleanRun is the seed scenario done right: one unit, one order, every

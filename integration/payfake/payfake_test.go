@@ -1,22 +1,40 @@
-package payment_test
+package payfake_test
 
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/integration/payfake"
 	"github.com/quorumlock/quorumlock/orders/payment"
 )
 
-func charge(t *testing.T, f *payment.Fake, id string) (payment.Result, error) {
+func charge(t *testing.T, f *payfake.Fake, id string) (payment.Result, error) {
 	t.Helper()
 	return f.Charge(context.Background(), payment.ChargeRequest{PaymentRequestID: id, OrderID: "o", AmountCents: 100})
 }
 
+func newFake(t *testing.T, opts ...payfake.Option) *payfake.Fake {
+	t.Helper()
+	f, err := payfake.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestNewRefusesNilOption(t *testing.T) {
+	f, err := payfake.New(payfake.WithLatency(0), nil)
+	if !errors.Is(err, payment.ErrInvalid) || !strings.Contains(err.Error(), "option 1 is nil") || f != nil {
+		t.Fatalf("New(WithLatency(0), nil) = %v, %v; want an error naming option 1", f, err)
+	}
+}
+
 func TestFakeIsIdempotent(t *testing.T) {
-	f := payment.NewFake()
+	f := newFake(t)
 	first, err := charge(t, f, "o1:pay")
 	if err != nil || first.Status != payment.StatusSucceeded || first.ProviderRef == "" {
 		t.Fatalf("first charge %+v, %v", first, err)
@@ -39,7 +57,7 @@ func TestFakeIsIdempotent(t *testing.T) {
 
 func TestFakeFaults(t *testing.T) {
 	t.Run("Decline", func(t *testing.T) {
-		f := payment.NewFake()
+		f := newFake(t)
 		f.FailNext("a")
 		r, err := charge(t, f, "a")
 		if err != nil || r.Status != payment.StatusFailed {
@@ -51,7 +69,7 @@ func TestFakeFaults(t *testing.T) {
 		}
 	})
 	t.Run("LoseReply", func(t *testing.T) {
-		f := payment.NewFake()
+		f := newFake(t)
 		f.LoseReplyNext("a")
 		if _, err := charge(t, f, "a"); !errors.Is(err, payment.ErrTimeout) {
 			t.Fatalf("err %v, want ErrTimeout", err)
@@ -64,7 +82,7 @@ func TestFakeFaults(t *testing.T) {
 		}
 	})
 	t.Run("Drop", func(t *testing.T) {
-		f := payment.NewFake()
+		f := newFake(t)
 		f.DropNext("a")
 		if _, err := charge(t, f, "a"); !errors.Is(err, payment.ErrTimeout) {
 			t.Fatalf("err %v, want ErrTimeout", err)
@@ -74,7 +92,7 @@ func TestFakeFaults(t *testing.T) {
 		}
 	})
 	t.Run("PendingThenComplete", func(t *testing.T) {
-		f := payment.NewFake()
+		f := newFake(t)
 		f.PendNext("a")
 		if r, err := charge(t, f, "a"); err != nil || r.Status != payment.StatusPending {
 			t.Fatalf("%+v, %v", r, err)
@@ -96,8 +114,8 @@ func TestFakeFaults(t *testing.T) {
 		}
 	})
 	t.Run("AnyRequestAndOrder", func(t *testing.T) {
-		f := payment.NewFake()
-		f.FailNext(payment.AnyRequest)
+		f := newFake(t)
+		f.FailNext(payfake.AnyRequest)
 		f.LoseReplyNext("b")
 		// b's own fault is used first; the any-id fault waits for the next.
 		if _, err := charge(t, f, "b"); !errors.Is(err, payment.ErrTimeout) {
@@ -111,7 +129,7 @@ func TestFakeFaults(t *testing.T) {
 		}
 	})
 	t.Run("BadRequest", func(t *testing.T) {
-		f := payment.NewFake()
+		f := newFake(t)
 		if _, err := f.Charge(context.Background(), payment.ChargeRequest{}); !errors.Is(err, payment.ErrInvalid) {
 			t.Fatalf("empty id: %v", err)
 		}
@@ -122,7 +140,7 @@ func TestFakeFaults(t *testing.T) {
 }
 
 func TestFakeLatencyHonoursContext(t *testing.T) {
-	f := payment.NewFake(payment.WithLatency(time.Hour))
+	f := newFake(t, payfake.WithLatency(time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := f.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "a", OrderID: "o", AmountCents: 1}); !errors.Is(err, payment.ErrTimeout) || !errors.Is(err, context.Canceled) {
@@ -138,7 +156,7 @@ func TestFakeLatencyHonoursContext(t *testing.T) {
 }
 
 func TestFakeConcurrentCharges(t *testing.T) {
-	f := payment.NewFake()
+	f := newFake(t)
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {

@@ -2,7 +2,9 @@
 // table at its end, the stock of each product before and after, and the
 // answers every client got to POST /orders. It is the after-the-fact
 // verdict on the guarantees of package orders, and depends on the standard
-// library alone, so tests, drills and the quorumbed demo can all use it.
+// library alone, so tests, drills and the quorumbed demo can all use it. It
+// is test support, kept under integration/ where no production package
+// reaches.
 //
 // [Orders] runs these checks, each named by its Check constant:
 //   - one order per (user, idempotency key): no request was placed twice;
