@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -28,6 +29,9 @@ type Locker struct {
 	working bool           // false once Close waits for work
 }
 
+// errInvalid is what a refused option wraps.
+var errInvalid = errors.New("etcdlock: invalid option")
+
 // New returns a Locker on the etcd cluster cli talks to. The client stays
 // the caller's: close it after the Locker.
 func New(cli *clientv3.Client, opts ...Option) (*Locker, error) {
@@ -35,13 +39,8 @@ func New(cli *clientv3.Client, opts ...Option) (*Locker, error) {
 		return nil, errors.New("etcdlock: nil client")
 	}
 	cfg := defaultConfig()
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("etcdlock: option %d is nil", i)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&cfg, opts, errInvalid); err != nil {
+		return nil, err
 	}
 	if err := cfg.resolve(); err != nil {
 		return nil, err

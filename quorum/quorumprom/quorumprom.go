@@ -29,11 +29,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Option configures the metrics.
-type Option func(*options)
+type Option func(*options) error
 
 type options struct {
 	namespace   string
@@ -42,15 +43,17 @@ type options struct {
 }
 
 // WithNamespace sets the metric name prefix (default "quorumlock").
-func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
+func WithNamespace(ns string) Option { return func(o *options) error { o.namespace = ns; return nil } }
 
 // WithConstLabels adds labels with fixed values to every metric, for
 // example to tell several Lockers apart.
-func WithConstLabels(l prometheus.Labels) Option { return func(o *options) { o.constLabels = l } }
+func WithConstLabels(l prometheus.Labels) Option {
+	return func(o *options) error { o.constLabels = l; return nil }
+}
 
 // WithBuckets sets the histogram buckets of the durations, in seconds.
 // Default: 0.5ms to 5s, roughly doubling.
-func WithBuckets(b []float64) Option { return func(o *options) { o.buckets = b } }
+func WithBuckets(b []float64) Option { return func(o *options) error { o.buckets = b; return nil } }
 
 var defaultBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5}
 
@@ -81,6 +84,9 @@ type Observer struct {
 
 var _ quorum.Observer = (*Observer)(nil)
 
+// errInvalid is what a refused option wraps.
+var errInvalid = errors.New("quorumprom: invalid option")
+
 // New creates the metrics and registers them on reg. It fails when reg
 // rejects them (for example when they are already registered).
 func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
@@ -88,10 +94,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		return nil, errors.New("quorumprom: nil Registerer")
 	}
 	o := options{namespace: "quorumlock", buckets: defaultBuckets}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
+	if err := option.Apply(&o, opts, errInvalid); err != nil {
+		return nil, err
 	}
 	if len(o.buckets) == 0 {
 		return nil, errors.New("quorumprom: no histogram buckets")

@@ -112,6 +112,9 @@ func TestNewOptionsAndErrors(t *testing.T) {
 	if _, err := quorumprom.New(reg, quorumprom.WithBuckets([]float64{})); err == nil {
 		t.Fatal("empty buckets accepted")
 	}
+	if _, err := quorumprom.New(reg, quorumprom.WithNamespace("x"), nil); err == nil || !strings.Contains(err.Error(), "option 1 is nil") {
+		t.Fatalf("a nil option: %v", err)
+	}
 	if _, err := quorumprom.New(reg); err != nil {
 		t.Fatal(err)
 	}
