@@ -62,11 +62,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quorumlock/quorumlock/integration/audit"
 	"github.com/quorumlock/quorumlock/integration/storetest"
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/integration/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
@@ -85,7 +87,7 @@ const drillSecret = "drill-jwt-secret-0123456789abcdef"
 // first and alone; the others then run in parallel, each on its own
 // database, products and users.
 func TestDrills(t *testing.T) {
-	k := startKit(t)
+	k := startKit(t, 0)
 	t.Run("UnlockReplyLost", func(t *testing.T) { drillUnlockReplyLost(t, k) })
 	t.Run("RedisUnreachable", func(t *testing.T) { drillRedisUnreachable(t, k) })
 	parallel := []struct {
@@ -108,16 +110,41 @@ func TestDrills(t *testing.T) {
 	}
 }
 
+// TestDrillsOnEtcd runs the drills of the order path with the stock lock
+// on etcd (ORDERS_LOCK_BACKEND=etcd): a holder killed or frozen past its
+// session's TTL, identical and changed requests, the crash points. The
+// masters then hold only the idempotency records.
+func TestDrillsOnEtcd(t *testing.T) {
+	k := startKit(t, 3)
+	for _, dr := range []struct {
+		name string
+		run  func(*testing.T, *drillKit)
+	}{
+		{"KillAfterLock", drillKillAfterLock},
+		{"LeaseOutlived", drillLeaseOutlived},
+		{"HundredIdenticalRequests", drillHundredIdenticalRequests},
+		{"ChangedQuantity", drillChangedQuantity},
+		{"CrashPoints", drillCrashPoints},
+	} {
+		t.Run(dr.name, func(t *testing.T) {
+			t.Parallel()
+			dr.run(t, k)
+		})
+	}
+}
+
 // drillKit is the drills' bed and their ordersd built with -tags
-// failpoints.
+// failpoints, and the settings that pick the lock's backend.
 type drillKit struct {
-	bin string
-	bed *testbed.Bed
+	bin     string
+	bed     *testbed.Bed
+	backend map[string]string
 }
 
 // startKit builds the binary into t's temporary directory while the bed
-// starts; both go away when t ends.
-func startKit(t *testing.T) *drillKit {
+// starts (with an etcd cluster of etcd members for the lock when etcd is
+// not 0); both go away when t ends.
+func startKit(t *testing.T, etcd int) *drillKit {
 	t.Helper()
 	start := time.Now()
 	k := &drillKit{}
@@ -127,7 +154,10 @@ func startKit(t *testing.T) *drillKit {
 		k.bin, err = buildOrdersd(t.TempDir())
 		built <- err
 	}()
-	k.bed = bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	k.bed = bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true, Etcd: etcd})
+	if etcd > 0 {
+		k.backend = map[string]string{"ORDERS_LOCK_BACKEND": "etcd", "ORDERS_ETCD_ENDPOINTS": strings.Join(k.bed.EtcdEndpoints(), ",")}
+	}
 	ctx := context.Background()
 	for _, n := range k.bed.Redis {
 		// Brand-new masters never held a lock: they may vote at once.
@@ -168,6 +198,7 @@ type drill struct {
 	t       *testing.T
 	bed     *testbed.Bed
 	bin     string
+	backend map[string]string
 	dsn     string
 	pool    *pgxpool.Pool
 	st      *store.Store
@@ -195,7 +226,7 @@ func newDrill(t *testing.T, k *drillKit, stock map[string]int64) *drill {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	t.Cleanup(tr.CloseIdleConnections)
-	return &drill{t: t, bed: k.bed, bin: k.bin, dsn: db.DSN, pool: db.Pool, st: db.Store, pay: pay, payURL: paySrv.URL,
+	return &drill{t: t, bed: k.bed, bin: k.bin, backend: k.backend, dsn: db.DSN, pool: db.Pool, st: db.Store, pay: pay, payURL: paySrv.URL,
 		client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, initial: stock}
 }
 
@@ -226,6 +257,9 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 		"ORDERS_PROCESSING_LEASE":   "5s",
 		"ORDERS_PAYMENT_TIMEOUT":    "2s",
 		"ORDERS_RECONCILE_INTERVAL": "500ms",
+	}
+	for k, v := range d.backend {
+		env[k] = v
 	}
 	for k, v := range settings {
 		env[k] = v
@@ -647,6 +681,29 @@ func (d *drill) dropRecord(claims *idem.Store, user, key string) {
 	}
 }
 
+// lockHeld counts the lock's servers that hold key, and how many make it
+// held: the masters (a majority) for the Redis lock; for etcd, the
+// recipe's keys under the key's prefix (owner and waiters: one suffices).
+func (d *drill) lockHeld(key string) (held, enough int) {
+	d.t.Helper()
+	if d.backend == nil {
+		held, _ := d.lockHolders(key)
+		return held, len(d.bed.Redis)/2 + 1
+	}
+	cli, err := etcdbed.Client(d.bed)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "quorumlock/"+key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		d.t.Fatalf("read %s on etcd: %v", key, err)
+	}
+	return int(resp.Count), 1
+}
+
 // lockHolders counts the masters that hold key, read directly.
 func (d *drill) lockHolders(key string) (held int, values []string) {
 	d.t.Helper()
@@ -698,8 +755,8 @@ func drillKillAfterLock(t *testing.T, k *drillKit) {
 	a.waitKilled(t)
 	killed := time.Now()
 	// The crash left the lock behind: no unlock ran.
-	if held, _ := d.lockHolders("stock:a"); held < 3 {
-		t.Fatalf("after the crash %d masters hold stock:a, want a majority", held)
+	if held, enough := d.lockHeld("stock:a"); held < enough {
+		t.Fatalf("after the crash %d of the lock's servers hold stock:a, want %d", held, enough)
 	}
 	// B waits for the lock longer than A's TTL.
 	b := d.start("B", map[string]string{"ORDERS_LOCK_WAIT": "10s", "ORDERS_PROCESSING_LEASE": "12s"})
@@ -710,9 +767,9 @@ func drillKillAfterLock(t *testing.T, k *drillKit) {
 	t.Logf("the next holder sold %v after the crash", time.Since(killed).Round(time.Millisecond))
 	// B's unlock returns at a majority; the other masters follow.
 	deadline := time.Now().Add(10 * time.Second)
-	for held, _ := d.lockHolders("stock:a"); held != 0; held, _ = d.lockHolders("stock:a") {
+	for held, _ := d.lockHeld("stock:a"); held != 0; held, _ = d.lockHeld("stock:a") {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d masters still hold stock:a after B unlocked", held)
+			t.Fatalf("%d of the lock's servers still hold stock:a after B unlocked", held)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
