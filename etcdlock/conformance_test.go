@@ -103,3 +103,27 @@ func (c conformant) TryLockMulti(ctx context.Context, keys ...string) (locktest.
 func (c conformant) Do(ctx context.Context, key string, fn func(context.Context, locktest.Lease) error) error {
 	return c.Locker.Do(ctx, key, func(ctx context.Context, l *etcdlock.Lease) error { return fn(ctx, l) })
 }
+
+// A lease on a Locker with etcd's shortest TTL stays held while nothing
+// happens: the Locker's view of the validity keeps up with the keep-alive.
+// (An earlier view, from the answers' arrival times alone, ended such
+// sessions by itself within one TTL.)
+func TestShortTTLLeaseStaysHeld(t *testing.T) {
+	bed := bedtest.Start(t, testbed.Options{Etcd: 3})
+	l := newLocker(t, bed, etcdlock.WithTTL(2*time.Second))
+	lease, err := l.TryLock(ctxT(t), "short-ttl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Lost():
+		t.Fatalf("an idle lease with a 2s TTL was lost: %v", lease.Err())
+	case <-time.After(7 * time.Second): // three and a half TTLs
+	}
+	if !time.Now().Before(lease.Until()) {
+		t.Fatalf("Until %v is in the past", lease.Until())
+	}
+	if err := lease.Unlock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}

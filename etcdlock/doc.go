@@ -25,8 +25,9 @@
 //
 // The session's keep-alive replaces Redlock's validity arithmetic. Until is
 // the client's conservative view of when the etcd lease could expire: the
-// time of the keep-alive request before the last one answered, plus the
-// TTL, minus the drift allowance (WithDriftFactor). etcd's leader, not the
+// send time of the last refresh etcd answered, plus the TTL, minus the drift
+// allowance (WithDriftFactor). The Locker refreshes the lease itself every
+// TTL/3 to know those send times, beside the client's own keep-alive. etcd's leader, not the
 // client, decides expiry; a client paused past Until may still believe it
 // holds the lock, as with any lock, and only a fence stops its writes.
 //

@@ -50,13 +50,15 @@ func (l *Locker) lock(ctx context.Context, keys []string, wait bool) (*Lease, er
 		return nil, errors.New("etcdlock: empty key")
 	}
 	start := time.Now()
-	le, err := l.take(ctx, keys, name, wait)
+	le, err := l.take(ctx, keys, name, wait, false)
 	l.cfg.observer.ObserveAcquire(quorum.AcquireEvent{Key: name, Attempts: 1, Duration: time.Since(start), Result: resultOf(err), Err: err})
 	return le, err
 }
 
-// take acquires the keys in order and hands out the lease.
-func (l *Locker) take(ctx context.Context, keys []string, name string, wait bool) (*Lease, error) {
+// take acquires the keys in order and hands out the lease. A session that
+// etcd no longer knows (it expired before the Locker saw it) is ended and
+// the acquisition tried once more on a new one.
+func (l *Locker) take(ctx context.Context, keys []string, name string, wait, retried bool) (*Lease, error) {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if wait && l.cfg.maxWait > 0 {
 		wctx, cancel = context.WithTimeout(ctx, l.cfg.maxWait)
@@ -69,6 +71,12 @@ func (l *Locker) take(ctx context.Context, keys []string, name string, wait bool
 	le := &Lease{l: l, s: s, name: name, keys: keys, start: time.Now(), lost: make(chan struct{})}
 	for _, k := range keys {
 		m, err := l.acquire(wctx, s, k, wait)
+		if err != nil && isLeaseGone(err) && !retried {
+			l.abandon(le)
+			s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", quorum.ErrLeaseLost, err), quorum.LostExtendFailed)
+			cancel()
+			return l.take(ctx, keys, name, wait, true)
+		}
 		if err != nil {
 			l.abandon(le)
 			return nil, l.lockError(ctx, name, err)

@@ -77,11 +77,11 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	case l.sess != nil && l.sess.live():
 		return l.sess, nil
 	}
-	s, alive, err := openSession(ctx, l.ctx, l.cli, &l.cfg, l.bg)
+	s, err := openSession(ctx, l.ctx, l.cli, &l.cfg, l.bg)
 	if err != nil {
 		return nil, err
 	}
-	l.bgLocked(func() { s.listen(alive) })
+	l.bgLocked(s.measure)
 	l.sess = s
 	return s, nil
 }

@@ -18,55 +18,68 @@ type session struct {
 	cs    *concurrency.Session
 	cfg   *config
 	bg    func(func())       // runs work the Locker's Close waits for
-	stop  context.CancelFunc // ends the keep-alive listener
+	sctx  context.Context    // the keep-alives' context
+	stop  context.CancelFunc // ends them
 	ended chan struct{}      // closed when the session ends
 	timer *time.Timer        // ends the session at until
 
 	mu     sync.Mutex
 	until  time.Time
-	prev   time.Time // a lower bound of when the last answered keep-alive left
-	err    error     // why the session ended
+	err    error // why the session ended
 	leases map[*Lease]struct{}
 }
 
 // openSession grants a lease (within ctx) and keeps it alive until keep
-// ends. The caller runs listen on the keep-alive channel it returns.
-func openSession(ctx, keep context.Context, cli *clientv3.Client, cfg *config, bg func(func())) (*session, <-chan *clientv3.LeaseKeepAliveResponse, error) {
+// ends. The caller runs measure.
+func openSession(ctx, keep context.Context, cli *clientv3.Client, cfg *config, bg func(func())) (*session, error) {
 	start := time.Now()
 	gctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), cfg.nodeTimeout)
 	g, err := cli.Grant(gctx, int64(cfg.ttl/time.Second))
 	cancel()
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
+		return nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
 	}
 	sctx, stop := context.WithCancel(keep)
 	cs, err := concurrency.NewSession(cli, concurrency.WithLease(g.ID), concurrency.WithContext(sctx))
-	var alive <-chan *clientv3.LeaseKeepAliveResponse
-	if err == nil {
-		alive, err = cli.KeepAlive(sctx, g.ID) // a second listener of the same keep-alive
-	}
 	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
+		return nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
 	}
-	s := &session{cs: cs, cfg: cfg, bg: bg, stop: stop, ended: make(chan struct{}), prev: start,
+	s := &session{cs: cs, cfg: cfg, bg: bg, sctx: sctx, stop: stop, ended: make(chan struct{}),
 		until: start.Add(cfg.ttl - cfg.allowance()), leases: map[*Lease]struct{}{}}
 	s.timer = time.AfterFunc(time.Until(s.until), s.expire)
-	return s, alive, nil
+	return s, nil
 }
 
-// listen moves the validity at each keep-alive answer: the request it
-// answers left after the previous answer came, so the etcd lease lasts at
-// least until that moment plus the TTL. The session ends with the channel.
-func (s *session) listen(alive <-chan *clientv3.LeaseKeepAliveResponse) {
-	for range alive {
-		now := time.Now()
-		s.mu.Lock()
-		s.moveUntil(s.prev.Add(s.cfg.ttl - s.cfg.allowance()))
-		s.prev = now
-		s.mu.Unlock()
+// measure refreshes the lease itself every TTL/3 (beside the session's own
+// keep-alive, whose requests' send times the client does not expose), so
+// that Until is the send time of the last answered refresh plus the TTL,
+// minus the drift allowance. It ends the session when etcd no longer knows
+// the lease or the session's keep-alive stops.
+func (s *session) measure() {
+	t := time.NewTicker(s.cfg.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.cs.Done():
+			s.end(fmt.Errorf("etcdlock: %w: the session's keep-alive ended (its lease expired or was revoked)", quorum.ErrLeaseLost), quorum.LostExtendFailed)
+			return
+		case <-s.sctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(s.sctx, s.cfg.nodeTimeout)
+		_, err := s.cs.Client().KeepAliveOnce(ctx, s.cs.Lease())
+		cancel()
+		switch {
+		case err == nil:
+			s.refreshed(sent)
+		case isLeaseGone(err):
+			s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", quorum.ErrLeaseLost, err), quorum.LostExtendFailed)
+			return
+		} // otherwise the next tick tries again; the validity timer ends the session if none gets through
 	}
-	s.end(fmt.Errorf("etcdlock: %w: the session's keep-alive ended (its lease expired or was revoked)", quorum.ErrLeaseLost), quorum.LostExtendFailed)
 }
 
 // moveUntil moves the validity later; s.mu must be held.

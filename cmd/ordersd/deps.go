@@ -177,7 +177,9 @@ func (d *deps) openLock(cfg config, closers *cleanups) error {
 // openEtcdLock opens the etcd backend: a client of ORDERS_ETCD_ENDPOINTS
 // and a Locker on it.
 func (d *deps) openEtcdLock(cfg config, fences quorum.Fencer, obs quorum.Observer, closers *cleanups) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.etcdEndpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	// Keep-alive pings drop a frozen member's connection within 4s.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.etcdEndpoints, DialTimeout: 2 * time.Second,
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}

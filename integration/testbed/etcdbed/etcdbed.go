@@ -19,14 +19,19 @@ import (
 )
 
 // Config is the etcd client configuration the bed recommends for the
-// given endpoints: a short dial timeout, no logging, and no endpoint
+// given endpoints: a short dial timeout, keep-alive pings that drop a
+// frozen member's connection, no logging, and no endpoint
 // discovery (the members advertise their proxies, but a test chooses which
 // of them a client talks to). Every call should carry a context deadline.
 func Config(endpoints ...string) clientv3.Config {
 	return clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
+		// A frozen member answers no keep-alive ping: its connection is
+		// dropped within 4s and calls go to the others.
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.NewNop(),
 	}
 }
 
