@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,16 +23,23 @@ type bench struct {
 	bed      *testbed.Bed // nil with -addrs
 	provider string
 	runID    string // prefixes every key, so runs never share one
-	// direct: clients on the servers' own addresses, for the fault-free
-	// scenarios. proxied: clients through the bed's fault proxies, for the
-	// fault scenarios (nil when none runs).
-	directClients, proxiedClients []redis.UniversalClient
-	direct, proxied               *contenderSet
-	// mixedClients and mixed: the instances of the mixed scenarios, each
-	// with its own clients on the direct addresses (nil when none runs).
-	mixedClients [][]redis.UniversalClient
-	mixed        []*contenderSet
-	progress     *benchkit.Progress
+	// direct: contenders on the servers' own addresses, for the fault-free
+	// scenarios. proxied: contenders through the bed's fault proxies, for
+	// the fault scenarios (nil when none runs). Each owns its clients.
+	direct, proxied *contenderSet
+	// mixed: the instances of the mixed scenarios, each with its own
+	// clients on the direct addresses (nil when none runs).
+	mixed []*contenderSet
+	// etcdMembers is the size of the etcd cluster (0 when etcd does not
+	// run).
+	etcdMembers int
+	progress    *benchkit.Progress
+}
+
+// endpoints are the addresses one set of contenders talks to.
+type endpoints struct {
+	redis []string
+	etcd  []string // none when etcd does not run
 }
 
 // setUp starts the bed (without -addrs), opens the clients, builds and
@@ -47,50 +55,73 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 			b.close()
 		}
 	}()
-	addrs := cfg.addrs
-	faults := false
-	for _, sc := range cfg.scenarios {
-		faults = faults || sc.fault()
-	}
-	var proxied []string
-	if len(addrs) == 0 {
-		if addrs, proxied, err = b.startBed(ctx); err != nil {
+	direct := endpoints{redis: cfg.addrs, etcd: cfg.etcdAddrs}
+	var proxied endpoints
+	if len(cfg.addrs) == 0 {
+		if direct, proxied, err = b.startBed(ctx); err != nil {
 			return nil, err
 		}
 	}
+	if !cfg.wants(nameEtcd) {
+		direct.etcd, proxied.etcd = nil, nil
+	}
+	b.etcdMembers = len(direct.etcd)
 	pool := directPool(cfg.scenarios)
-	b.directClients = openClients(addrs, pool)
-	if b.direct, err = newContenders(b.directClients, cfg); err != nil {
+	if b.direct, err = b.openSet(ctx, direct, pool, "warm"); err != nil {
 		return nil, err
 	}
 	if len(b.direct.list) == 0 {
 		return nil, fmt.Errorf("-only %v names no contender", cfg.only)
 	}
+	faults := slices.ContainsFunc(cfg.scenarios, scenario.fault)
 	if faults && b.bed != nil {
-		b.proxiedClients = openClients(proxied, pool)
-		if b.proxied, err = newContenders(b.proxiedClients, cfg); err != nil {
-			return nil, err
-		}
-	}
-	for _, set := range []*contenderSet{b.direct, b.proxied} {
-		if err := b.warmSet(ctx, set, "warm"); err != nil {
+		if b.proxied, err = b.openSet(ctx, proxied, pool, "warm:proxied"); err != nil {
 			return nil, err
 		}
 	}
 	if pool := mixedPool(cfg.scenarios); pool > 0 {
-		if err := b.openMixed(ctx, addrs, pool); err != nil {
+		if err := b.openMixed(ctx, direct, pool); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
 }
 
-// startBed starts the test bed of -nodes masters, vouches for them, and
-// returns their direct addresses and those of their fault proxies.
-func (b *bench) startBed(ctx context.Context) (direct, proxied []string, err error) {
-	bed, err := testbed.New(ctx, testbed.Options{Redis: b.cfg.nodes, AppendFsync: b.cfg.fsync})
+// openSet opens clients of eps (go-redis clients of pool connections
+// each), builds the contenders on them and warms them up on keys named
+// after tag.
+func (b *bench) openSet(ctx context.Context, eps endpoints, pool int, tag string) (*contenderSet, error) {
+	cn := conns{redis: openClients(eps.redis, pool)}
+	if len(eps.etcd) > 0 {
+		cli, err := openEtcd(eps.etcd)
+		if err != nil {
+			_ = cn.close()
+			return nil, err
+		}
+		cn.etcd = cli
+	}
+	set, err := newContenders(cn, b.cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	if err := b.warmSet(ctx, set, tag); err != nil {
+		_ = set.close()
+		return nil, err
+	}
+	return set, nil
+}
+
+// startBed starts the test bed of -nodes masters (and of an etcd cluster
+// when the etcd contender runs), vouches for the masters, and returns the
+// direct addresses and those of the fault proxies.
+func (b *bench) startBed(ctx context.Context) (direct, proxied endpoints, err error) {
+	opts := testbed.Options{Redis: b.cfg.nodes, AppendFsync: b.cfg.fsync}
+	if b.cfg.wants(nameEtcd) {
+		opts.Etcd = etcdMembers
+	}
+	bed, err := testbed.New(ctx, opts)
+	if err != nil {
+		return direct, proxied, err
 	}
 	b.bed = bed
 	for _, n := range bed.Redis {
@@ -99,11 +130,15 @@ func (b *bench) startBed(ctx context.Context) (direct, proxied []string, err err
 		err := quorum.TrustNode(ctx, a)
 		_ = a.Close()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", n.Name(), err)
+			return direct, proxied, fmt.Errorf("%s: %w", n.Name(), err)
 		}
-		direct = append(direct, n.DirectAddr())
-		proxied = append(proxied, n.Addr())
+		direct.redis = append(direct.redis, n.DirectAddr())
+		proxied.redis = append(proxied.redis, n.Addr())
 	}
+	for _, n := range bed.Etcd {
+		direct.etcd = append(direct.etcd, n.DirectAddr())
+	}
+	proxied.etcd = bed.EtcdEndpoints()
 	b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + b.cfg.fsync
 	return direct, proxied, nil
 }
@@ -147,16 +182,12 @@ func openClients(addrs []string, poolSize int) []redis.UniversalClient {
 	return cs
 }
 
-// close closes the contenders, the clients and the bed.
+// close closes the contenders with their clients, and the bed.
 func (b *bench) close() {
-	for _, set := range []*contenderSet{b.direct, b.proxied} {
+	for _, set := range append([]*contenderSet{b.direct, b.proxied}, b.mixed...) {
 		if set != nil {
 			_ = set.close()
 		}
-	}
-	b.closeMixed()
-	for _, c := range append(b.directClients, b.proxiedClients...) {
-		_ = c.Close()
 	}
 	if b.bed != nil {
 		_ = b.bed.Close()
@@ -165,18 +196,20 @@ func (b *bench) close() {
 
 // results is every figure of one run.
 type results struct {
-	cfg       config
-	nodes     int
-	provider  string
-	runID     string
-	faultNode string // the node the fault scenarios slow down or freeze
-	runs      []*scenarioRun
-	notes     []string
+	cfg         config
+	nodes       int
+	etcdMembers int // 0: etcd did not run
+	provider    string
+	runID       string
+	faultNode   string // the node the fault scenarios slow down or freeze
+	runs        []*scenarioRun
+	notes       []string
 }
 
 // runAll runs every scenario in order.
 func (b *bench) runAll(ctx context.Context) (*results, error) {
-	res := &results{cfg: b.cfg, nodes: len(b.directClients), provider: b.provider, runID: b.runID}
+	res := &results{cfg: b.cfg, nodes: len(b.direct.conns.redis), etcdMembers: b.etcdMembers, provider: b.provider, runID: b.runID,
+		notes: slices.Clone(b.cfg.notes)}
 	if b.bed != nil {
 		res.faultNode = b.bed.Redis[len(b.bed.Redis)-1].Name()
 	}
@@ -287,52 +320,116 @@ func (b *bench) measureClean(ctx context.Context, sc scenario, c contender, pref
 
 // runFault runs slow-node or node-down on the proxied clients. Each round
 // measures every contender without the fault (the baseline), injects the
-// fault into the last node, measures every contender again, and removes
-// the fault. Each pair runs under -op-timeout, each contender's phase
-// within -fault-budget.
+// fault (see faultOf), measures every contender again, and removes the
+// fault. Each pair runs under -op-timeout, each contender's phase within
+// -fault-budget.
 func (b *bench) runFault(ctx context.Context, sc scenario) (*scenarioRun, error) {
 	cs, skipped := eligible(b.proxied, sc)
 	r := &scenarioRun{sc: sc, tallies: newTallies(cs), baselines: newTallies(cs), skipped: skipped}
-	node := b.bed.Redis[len(b.bed.Redis)-1]
-	inject := func(ctx context.Context) error { return node.AddLatency(ctx, b.cfg.slowLatency) }
-	heal := func(ctx context.Context) error { return node.AddLatency(ctx, 0) }
-	if sc.kind == kindNodeDown {
-		inject, heal = node.Pause, node.Resume
+	f, err := b.faultOf(ctx, sc)
+	if err != nil {
+		return nil, err
 	}
-	phase := func(round int, name string, into []*tally) {
-		for k := range cs {
-			if ctx.Err() != nil {
-				return
-			}
-			i := (round + k) % len(cs)
-			c := cs[i]
-			b.progress.Start(fmt.Sprintf("%s r%d %s %s", sc.name, round+1, name, c.name))
-			prefix := fmt.Sprintf("lockbench:%s:%s:%s:%s:%d", b.runID, sc.name, name, c.name, round)
-			into[i].add(measureSolo(ctx, c, keys(prefix, b.cfg.ops), sc.workers, b.cfg.opTimeout, b.cfg.faultBudget), false)
-			b.progress.Done()
-		}
-	}
+	r.etcdFaultNode = f.etcdNode
 	for round := range b.cfg.rounds {
-		phase(round, "baseline", r.baselines)
-		if err := inject(ctx); err != nil {
+		b.faultPhase(ctx, sc, cs, round, "baseline", r.baselines)
+		if err := f.inject(ctx); err != nil {
+			return nil, errors.Join(err, f.healWithin(ctx))
+		}
+		b.faultPhase(ctx, sc, cs, round, "fault", r.tallies)
+		if err := f.healWithin(ctx); err != nil {
 			return nil, err
-		}
-		phase(round, "fault", r.tallies)
-		// Heal even when ctx has ended: the bed must not stay faulty.
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		err := heal(hctx)
-		if err == nil {
-			err = waitHealthy(hctx, b.proxiedClients)
-		}
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("%s: heal: %w", node.Name(), err)
 		}
 		if ctx.Err() != nil {
 			return r, nil
 		}
 	}
 	return r, nil
+}
+
+// faultPhase measures every contender of cs once in one phase (baseline
+// or fault) of a fault scenario's round, into the tallies of into.
+func (b *bench) faultPhase(ctx context.Context, sc scenario, cs []contender, round int, name string, into []*tally) {
+	for k := range cs {
+		if ctx.Err() != nil {
+			return
+		}
+		i := (round + k) % len(cs)
+		c := cs[i]
+		b.progress.Start(fmt.Sprintf("%s r%d %s %s", sc.name, round+1, name, c.name))
+		prefix := fmt.Sprintf("lockbench:%s:%s:%s:%s:%d", b.runID, sc.name, name, c.name, round)
+		into[i].add(measureSolo(ctx, c, keys(prefix, b.cfg.ops), sc.workers, b.cfg.opTimeout, b.cfg.faultBudget), false)
+		b.progress.Done()
+	}
+}
+
+// fault is how a fault scenario injects its fault and heals it.
+type fault struct {
+	inject, heal func(context.Context) error
+	etcdNode     string // the etcd member it hits ("" when etcd does not run)
+}
+
+// healWithin heals the fault within 30s, even when ctx has ended: the bed
+// must not stay faulty.
+func (f fault) healWithin(ctx context.Context) error {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return f.heal(hctx)
+}
+
+// faultyNode is a node the fault scenarios slow down or freeze: a Redis
+// node or an etcd member of the bed.
+type faultyNode interface {
+	AddLatency(ctx context.Context, d time.Duration) error
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// faultSteps returns how sc injects its fault into n and heals it:
+// slow-node delays n's answers by -slow-latency (the bed's proxies),
+// node-down freezes n (SIGSTOP or docker pause).
+func (b *bench) faultSteps(sc scenario, n faultyNode) (inject, heal func(context.Context) error) {
+	if sc.kind == kindNodeDown {
+		return n.Pause, n.Resume
+	}
+	return func(ctx context.Context) error { return n.AddLatency(ctx, b.cfg.slowLatency) },
+		func(ctx context.Context) error { return n.AddLatency(ctx, 0) }
+}
+
+// faultOf returns sc's fault (see faultSteps): on the last Redis node,
+// and on an etcd follower (see etcdFollower) when etcd runs. Healing waits
+// until they answer again.
+func (b *bench) faultOf(ctx context.Context, sc scenario) (fault, error) {
+	in, out := b.faultSteps(sc, b.bed.Redis[len(b.bed.Redis)-1])
+	inject := []func(context.Context) error{in}
+	heal := []func(context.Context) error{out, func(ctx context.Context) error { return waitHealthy(ctx, b.proxied.conns.redis) }}
+	var f fault
+	if b.proxied.conns.etcd != nil {
+		en, err := etcdFollower(ctx, b.bed)
+		if err != nil {
+			return f, fmt.Errorf("etcd: %w", err)
+		}
+		f.etcdNode = en.Name()
+		in, out := b.faultSteps(sc, en)
+		inject, heal = append(inject, in), append(heal, out, en.WaitReady)
+	}
+	f.inject = func(ctx context.Context) error {
+		for _, step := range inject {
+			if err := step(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Heal every node, in order, even when one fails.
+	f.heal = func(ctx context.Context) error {
+		var errs []error
+		for _, step := range heal {
+			errs = append(errs, step(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	return f, nil
 }
 
 // waitHealthy waits until every client's node answers PING (a node thawed

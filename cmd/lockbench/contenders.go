@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -12,7 +13,9 @@ import (
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/quorumlock/quorumlock/etcdlock"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -22,12 +25,13 @@ const (
 	nameQuorumNoGuard = "quorumlock-noguard"
 	nameRedsync       = "redsync"
 	nameRedsyncFF     = "redsync-failfast"
+	nameEtcd          = "etcd"
 	nameSingle        = "single-node"
 	nameFloor         = "floor"
 )
 
 // contenderNames lists every contender -only accepts.
-var contenderNames = []string{nameQuorum, nameQuorumNoGuard, nameRedsync, nameRedsyncFF, nameSingle, nameFloor}
+var contenderNames = []string{nameQuorum, nameQuorumNoGuard, nameRedsync, nameRedsyncFF, nameEtcd, nameSingle, nameFloor}
 
 // contendedMaxWait bounds one waiting acquire in the contended scenarios,
 // for every contender that waits: generous, so that a worker that loses
@@ -53,78 +57,122 @@ type contender struct {
 	multi func(ctx context.Context, keys []string) (held, error)
 }
 
-// contenderSet is every contender built on one set of clients, and what
-// to close when done.
+// contenderSet is every contender built on one set of connections, which
+// it owns.
 type contenderSet struct {
 	list    []contender
-	lockers []*quorum.Locker
+	conns   conns
+	lockers []io.Closer // the quorum and etcd Lockers
 }
 
-// newContenders builds the contenders named by only (all when empty) on
-// clients, one client per node.
-func newContenders(clients []redis.UniversalClient, cfg config) (*contenderSet, error) {
-	set := &contenderSet{}
-	want := func(name string) bool { return len(cfg.only) == 0 || slices.Contains(cfg.only, name) }
-	opts := []quorum.Option{quorum.WithTTL(cfg.ttl), quorum.WithMaxWait(contendedMaxWait)}
-	if cfg.timeout > 0 {
-		opts = append(opts, quorum.WithNodeTimeout(cfg.timeout))
+// conns is what one set of contenders talks to: one go-redis client per
+// Redis node, and a client of the etcd cluster (nil when etcd does not run).
+type conns struct {
+	redis []redis.UniversalClient
+	etcd  *clientv3.Client
+}
+
+// close closes the clients.
+func (cn conns) close() error {
+	var errs []error
+	for _, c := range cn.redis {
+		errs = append(errs, c.Close())
 	}
+	if cn.etcd != nil {
+		errs = append(errs, cn.etcd.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// newContenders builds the contenders cfg wants on cn, which the set then
+// owns: on error, newContenders closes them.
+func newContenders(cn conns, cfg config) (*contenderSet, error) {
+	set := &contenderSet{conns: cn}
 	var rs *redsync.Redsync
-	if want(nameRedsync) || want(nameRedsyncFF) {
-		pools := make([]rsredis.Pool, len(clients))
-		for i, c := range clients {
+	if cfg.wants(nameRedsync) || cfg.wants(nameRedsyncFF) {
+		pools := make([]rsredis.Pool, len(cn.redis))
+		for i, c := range cn.redis {
 			pools[i] = goredis.NewPool(c)
 		}
 		rs = redsync.New(pools...)
 	}
 	for _, name := range contenderNames {
-		if !want(name) {
+		if !cfg.wants(name) {
 			continue
 		}
-		var c contender
-		switch name {
-		case nameQuorum, nameQuorumNoGuard:
-			o := opts
-			if name == nameQuorumNoGuard {
-				o = append(o[:len(o):len(o)], quorum.WithAmnesiaGuard(false))
-			}
-			l, err := quorum.New(clients, o...)
-			if err != nil {
-				_ = set.close()
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			set.lockers = append(set.lockers, l)
-			c = quorumContender(name, l)
-		case nameRedsync:
-			c = redsyncContender(name, rs, cfg.ttl, cfg.opTimeout, false)
-		case nameRedsyncFF:
-			c = redsyncContender(name, rs, cfg.ttl, cfg.opTimeout, true)
-		case nameSingle:
-			s := newSingleNode(clients[0], cfg.ttl)
-			wait := func(ctx context.Context, key string) (held, error) { return s.lock(ctx, key, contendedMaxWait) }
-			c = contender{name: name, try: s.tryLock, wait: wait, multi: inOrder(wait, cfg.opTimeout)}
-		case nameFloor:
-			c = contender{name: name, try: floor{clients}.round}
+		c, locker, err := buildContender(name, cn, rs, cfg)
+		if err != nil {
+			_ = set.close()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if locker != nil {
+			set.lockers = append(set.lockers, locker)
 		}
 		set.list = append(set.list, c)
 	}
 	return set, nil
 }
 
-// close closes the quorum Lockers of the set; the clients stay open.
+// buildContender builds contender name on cn (rs: redsync over cn's Redis
+// clients, when a redsync contender runs), and returns the Locker to close
+// with the set, if any.
+func buildContender(name string, cn conns, rs *redsync.Redsync, cfg config) (contender, io.Closer, error) {
+	switch name {
+	case nameQuorum, nameQuorumNoGuard:
+		opts := []quorum.Option{quorum.WithTTL(cfg.ttl), quorum.WithMaxWait(contendedMaxWait)}
+		if cfg.timeout > 0 {
+			opts = append(opts, quorum.WithNodeTimeout(cfg.timeout))
+		}
+		if name == nameQuorumNoGuard {
+			opts = append(opts, quorum.WithAmnesiaGuard(false))
+		}
+		l, err := quorum.New(cn.redis, opts...)
+		if err != nil {
+			return contender{}, nil, err
+		}
+		return lockerContender[*quorum.Lease](name, l), l, nil
+	case nameEtcd:
+		l, err := newEtcdLocker(cn.etcd, cfg)
+		if err != nil {
+			return contender{}, nil, err
+		}
+		return lockerContender[*etcdlock.Lease](name, l), l, nil
+	case nameRedsync, nameRedsyncFF:
+		return redsyncContender(name, rs, cfg.ttl, cfg.opTimeout, name == nameRedsyncFF), nil, nil
+	case nameSingle:
+		s := newSingleNode(cn.redis[0], cfg.ttl)
+		wait := func(ctx context.Context, key string) (held, error) { return s.lock(ctx, key, contendedMaxWait) }
+		return contender{name: name, try: s.tryLock, wait: wait, multi: inOrder(wait, cfg.opTimeout)}, nil, nil
+	case nameFloor:
+		return contender{name: name, try: floor{cn.redis}.round}, nil, nil
+	}
+	return contender{}, nil, fmt.Errorf("unknown contender %q", name)
+}
+
+// close closes the Lockers of the set, then its clients.
 func (s *contenderSet) close() error {
 	var errs []error
 	for _, l := range s.lockers {
 		errs = append(errs, l.Close())
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.conns.close())...)
 }
 
-// quorumContender is a quorum.Locker: TryLock when uncontended, Lock (its
-// own retries, bounded by WithMaxWait) when contended, and LockMulti (one
-// lease of every key, all or nothing per node) for several keys.
-func quorumContender(name string, l *quorum.Locker) contender {
-	lease := func(le *quorum.Lease, err error) (held, error) {
+// leaseLocker is the lease API that quorum.Locker and etcdlock.Locker
+// share, with L their lease type.
+type leaseLocker[L held] interface {
+	TryLock(ctx context.Context, key string) (L, error)
+	Lock(ctx context.Context, key string) (L, error)
+	LockMulti(ctx context.Context, keys ...string) (L, error)
+}
+
+// lockerContender is a Locker of the lease API (quorum's or etcdlock's):
+// TryLock when uncontended, Lock (its own waiting, bounded by WithMaxWait)
+// when contended, and LockMulti for several keys (quorum: one lease of
+// every key, all or nothing per node; etcdlock: one recipe lock per key in
+// sorted order, on the Locker's one session).
+func lockerContender[L held](name string, l leaseLocker[L]) contender {
+	lease := func(le L, err error) (held, error) {
 		if err != nil {
 			return nil, err
 		}

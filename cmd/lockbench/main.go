@@ -3,12 +3,15 @@
 // table per scenario (and optionally JSON and latency CDF plots).
 //
 // Contenders, built once per run on the same go-redis clients (one client
-// per node):
+// per node), and etcd's on an etcd client of its own:
 //
 //	quorumlock          quorum.Locker over every node (Redlock, majority of N)
 //	quorumlock-noguard  the same with the amnesia guard off, to show its cost
 //	redsync             redsync over the same nodes (the reference Redlock client)
 //	redsync-failfast    the same with WithFailFast(true): it answers at a majority
+//	etcd                etcdlock.Locker on a 3-member etcd cluster (the consensus lock:
+//	                    etcd's lock recipe on one session per Locker), one etcd client
+//	                    per set of go-redis clients
 //	single-node         SET NX PX + compare-and-delete on the first node only
 //	floor               one parallel PING to every node: the network floor of a round
 //
@@ -30,21 +33,28 @@
 //	             K distinct keys picked at random (from -seed) out of a pool of
 //	             -multi-pool, so the key sets overlap: acquire all (waiting),
 //	             unlock all, for -hot-duration; quorumlock takes one LockMulti
-//	             lease (all or nothing per node, one script call per node), the
-//	             other contenders one lock per key in sorted key order (the
-//	             deadlock-free way to hold several), released in reverse
+//	             lease (all or nothing per node, one script call per node), etcd
+//	             one LockMulti lease (etcdlock takes one recipe lock per key in
+//	             sorted order, on its one session), the other contenders one
+//	             lock per key in sorted key order (the deadlock-free way to hold
+//	             several), released in reverse
 //
 // Rounds interleave the contenders (A B C, then B C A, ...) so a machine
 // whose speed drifts during the run shifts every contender alike. With no
 // -addrs, lockbench starts a test bed of -nodes masters (QUORUMLOCK_TESTBED
 // chooses the provider) and stops it afterwards; the fault scenarios need
-// that bed and are skipped with -addrs. Traffic goes only to the given
-// addresses or to the bed it started, and every loop is bounded by an op
-// count, a duration or a context deadline.
+// that bed and are skipped with -addrs. The bed has a 3-member etcd
+// cluster when the etcd contender runs; with -addrs it runs on the
+// members of -etcd-addrs, and without them it is left out (with a note).
+// In the fault scenarios the etcd contender meets the same fault, on a
+// follower (see etcdFollower). Traffic goes only to the given addresses or
+// to the bed it started, and every loop is bounded by an op count, a
+// duration or a context deadline.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,13 +71,19 @@ import (
 
 // config is the parsed command line.
 type config struct {
-	addrs       []string
-	nodes       int
-	rounds      int
-	ops         int
-	ttl         time.Duration
-	fsync       string
-	timeout     time.Duration
+	addrs []string
+	// etcdAddrs are the etcd members given with -addrs (none: etcd runs
+	// only on a bed lockbench starts).
+	etcdAddrs []string
+	nodes     int
+	rounds    int
+	ops       int
+	ttl       time.Duration
+	// etcdTTL is the etcd contender's session TTL.
+	etcdTTL time.Duration
+	fsync   string
+	timeout time.Duration
+	// only lists the contenders that run, in no particular order.
 	only        []string
 	scenarios   []scenario
 	hotDuration time.Duration
@@ -83,7 +99,12 @@ type config struct {
 	plotPath     string
 	cpuProfile   string
 	quiet        bool
+	// notes are remarks of the parse for the report (a contender left out).
+	notes []string
 }
+
+// wants reports whether contender name runs.
+func (c config) wants(name string) bool { return slices.Contains(c.only, name) }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -99,13 +120,15 @@ func parse(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	addrs := fs.String("addrs", "", "comma-separated Redis masters (default: start a test bed)")
+	etcdAddrs := fs.String("etcd-addrs", "", "with -addrs: comma-separated client host:port of the etcd members the etcd contender runs on (without -addrs: the bed's 3-member cluster)")
 	only := fs.String("only", "", "comma-separated contenders to run (default: all): "+strings.Join(contenderNames, ", "))
 	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: solo-N, hot-N-Hms, multi-K, slow-node, node-down, mixed-W-D-Hms")
 	fs.IntVar(&c.nodes, "nodes", 5, "masters in the bed started when -addrs is empty")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds; each runs every contender once per scenario")
 	fs.IntVar(&c.ops, "ops", 2000, "lock+unlock pairs per contender per round in the solo and fault scenarios")
-	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lock TTL")
-	fs.DurationVar(&c.timeout, "node-timeout", 0, "quorumlock per-node timeout (0: the library default)")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "lock TTL of the Redis contenders")
+	fs.DurationVar(&c.etcdTTL, "etcd-ttl", defaultEtcdTTL, "session TTL of the etcd contender (at least 2s, rounded up to whole seconds; see etcd.go for why not -ttl)")
+	fs.DurationVar(&c.timeout, "node-timeout", 0, "per-node timeout of quorumlock, and etcd's bound of each call that is not a wait (0: the libraries' defaults)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed started when -addrs is empty: always, everysec or off")
 	fs.DurationVar(&c.hotDuration, "hot-duration", 2*time.Second, "length of one contender's round in the hot and multi scenarios, and of each of its three phases in the mixed ones")
 	fs.DurationVar(&c.opTimeout, "op-timeout", 2*time.Second, "bound of one lock+unlock pair in the fault scenarios, and of one unlock in the hot, multi and mixed ones")
@@ -124,19 +147,8 @@ func parse(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *addrs != "" {
-		c.addrs = strings.Split(*addrs, ",")
-		if slices.Contains(c.addrs, "") {
-			return c, fmt.Errorf("-addrs %q: empty address", *addrs)
-		}
-	}
-	if *only != "" {
-		c.only = strings.Split(*only, ",")
-		for _, n := range c.only {
-			if !slices.Contains(contenderNames, n) {
-				return c, fmt.Errorf("-only: unknown contender %q: want some of %s", n, strings.Join(contenderNames, ", "))
-			}
-		}
+	if err := c.parseTargets(*addrs, *etcdAddrs, *only); err != nil {
+		return c, err
 	}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(*scen, ",") {
@@ -156,6 +168,44 @@ func parse(args []string) (config, error) {
 	return c, c.validate()
 }
 
+// parseTargets reads -addrs, -etcd-addrs and -only. Without -only every
+// contender runs, but etcd is left out (with a note) when -addrs names the
+// Redis masters and -etcd-addrs no etcd member.
+func (c *config) parseTargets(addrs, etcdAddrs, only string) error {
+	split := func(flag, v string) ([]string, error) {
+		if v == "" {
+			return nil, nil
+		}
+		list := strings.Split(v, ",")
+		if slices.Contains(list, "") {
+			return nil, fmt.Errorf("%s %q: empty address", flag, v)
+		}
+		return list, nil
+	}
+	var err error
+	if c.addrs, err = split("-addrs", addrs); err != nil {
+		return err
+	}
+	if c.etcdAddrs, err = split("-etcd-addrs", etcdAddrs); err != nil {
+		return err
+	}
+	if only == "" {
+		c.only = slices.Clone(contenderNames)
+		if len(c.addrs) > 0 && len(c.etcdAddrs) == 0 {
+			c.only = slices.DeleteFunc(c.only, func(n string) bool { return n == nameEtcd })
+			c.notes = append(c.notes, "etcd not run: -addrs without -etcd-addrs names no etcd cluster")
+		}
+		return nil
+	}
+	c.only = strings.Split(only, ",")
+	for _, n := range c.only {
+		if !slices.Contains(contenderNames, n) {
+			return fmt.Errorf("-only: unknown contender %q: want some of %s", n, strings.Join(contenderNames, ", "))
+		}
+	}
+	return nil
+}
+
 // validate checks the bounds of the parsed flags.
 func (c config) validate() error {
 	nodes := c.nodes
@@ -171,6 +221,12 @@ func (c config) validate() error {
 		return fmt.Errorf("-nodes %d: want 1..15", c.nodes)
 	case len(c.addrs) > 15:
 		return fmt.Errorf("-addrs: %d addresses: want at most 15", len(c.addrs))
+	case len(c.etcdAddrs) > 0 && len(c.addrs) == 0:
+		return errors.New("-etcd-addrs needs -addrs: without -addrs the bed lockbench starts has its own etcd cluster")
+	case c.wants(nameEtcd) && len(c.addrs) > 0 && len(c.etcdAddrs) == 0:
+		return errors.New("-only etcd with -addrs needs -etcd-addrs, the etcd members")
+	case c.etcdTTL < minEtcdTTL || c.etcdTTL > time.Hour:
+		return fmt.Errorf("-etcd-ttl %v: want %v (etcd's shortest lease)..1h", c.etcdTTL, minEtcdTTL)
 	case c.ttl < 100*time.Millisecond:
 		return fmt.Errorf("-ttl %v: want at least 100ms", c.ttl)
 	case c.timeout < 0:

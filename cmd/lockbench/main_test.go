@@ -33,6 +33,10 @@ func TestParseRejectsBadFlags(t *testing.T) {
 		{"-hot-duration", "1ms"}, {"-op-timeout", "0"}, {"-fault-budget", "1ms"},
 		{"-slow-latency", "0"}, {"-slow-latency", "2s"},
 		{"-plot", "out.svg"},
+		// etcd's shortest lease is 2s; -etcd-addrs goes with -addrs, and
+		// -only etcd with -addrs needs it.
+		{"-etcd-ttl", "1500ms"}, {"-etcd-ttl", "2h"}, {"-etcd-addrs", "127.0.0.1:1"},
+		{"-addrs", "127.0.0.1:1", "-only", "etcd"}, {"-addrs", "127.0.0.1:1", "-etcd-addrs", "127.0.0.1:2,"},
 		// A fault scenario needs a majority that survives the faulty node.
 		{"-nodes", "2"}, {"-nodes", "1", "-scenarios", "node-down"},
 	} {
@@ -44,9 +48,25 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	if err != nil || len(c.addrs) != 2 || len(c.only) != 1 {
 		t.Fatalf("parse: %+v %v", c, err)
 	}
+	// Given Redis masters and no etcd members: every contender but etcd,
+	// with a note.
+	c, err = parse([]string{"-addrs", "127.0.0.1:1"})
+	if err != nil || c.wants(nameEtcd) || !c.wants(nameQuorum) || len(c.only) != len(contenderNames)-1 || len(c.notes) != 1 {
+		t.Fatalf("-addrs without -etcd-addrs: %+v %v", c, err)
+	}
+	c, err = parse([]string{"-addrs", "127.0.0.1:1", "-etcd-addrs", "127.0.0.1:2,127.0.0.1:3,127.0.0.1:4"})
+	if err != nil || !c.wants(nameEtcd) || len(c.etcdAddrs) != 3 || len(c.notes) != 0 {
+		t.Fatalf("-etcd-addrs: %+v %v", c, err)
+	}
+	if c, err := parse([]string{"-ttl", "1s", "-etcd-ttl", "2500ms"}); err != nil || c.ttl != time.Second || etcdTTL(c.etcdTTL) != 3*time.Second {
+		t.Fatalf("-ttl below etcd's minimum, -etcd-ttl: %+v %v", c, err)
+	}
 	c, err = parse(nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(c.only, contenderNames) || !c.wants(nameEtcd) {
+		t.Fatalf("default contenders %q", c.only)
 	}
 	var names []string
 	for _, sc := range c.scenarios {
@@ -313,14 +333,14 @@ func tableRows(t *testing.T, out, name string) map[string][]string {
 	return rows
 }
 
-// TestRunGivenAddrs runs lockbench on a bed given by -addrs: the
-// contenders run on those nodes, and the fault scenarios, which need a bed
+// TestRunGivenAddrs runs lockbench on a bed given by -addrs and
+// -etcd-addrs: the contenders run on those nodes, and the fault scenarios, which need a bed
 // lockbench started itself, are skipped with a note. The bed fsyncs every
 // second and the TTL and node timeout are generous, so that every
 // contender's per-node timeouts (a fraction of the TTL for redsync) hold
 // on a loaded machine: any error in the report is a real one.
 func TestRunGivenAddrs(t *testing.T) {
-	bed := bedtest.Start(t, testbed.Options{Redis: 3, AppendFsync: testbed.FsyncEverySec})
+	bed := bedtest.Start(t, testbed.Options{Redis: 3, Etcd: 3, AppendFsync: testbed.FsyncEverySec})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, n := range bed.Redis {
@@ -332,7 +352,7 @@ func TestRunGivenAddrs(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-rounds", "1", "-ops", "20",
+	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-etcd-addrs", strings.Join(bed.EtcdEndpoints(), ","), "-rounds", "1", "-ops", "20",
 		"-scenarios", "solo-2,node-down", "-ttl", "20s", "-node-timeout", "2s", "-quiet"}, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -389,56 +409,32 @@ func TestRunEndToEnd(t *testing.T) {
 	if t.Failed() {
 		t.Fatalf("report:\n%s", report)
 	}
+	checkEndToEndJSON(t, jsonPath)
+	checkPNG(t, plotPath)
+}
 
-	b, err := os.ReadFile(jsonPath)
+// checkEndToEndJSON checks the figures TestRunEndToEnd wrote to path.
+func checkEndToEndJSON(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got struct {
-		Nodes     int
-		Scenarios []struct {
-			Name       string
-			Kind       string
-			Skipped    []string
-			Contenders []struct {
-				Name               string
-				ThroughputPerRound []float64 `json:"throughput_per_round"`
-				Ops, Errors        int
-				AllocsPerOp        float64               `json:"allocs_per_op"`
-				Acquire            benchkit.LatencyStats `json:"acquire"`
-				Pair               benchkit.LatencyStats `json:"pair"`
-				MinShare           *float64              `json:"min_share"`
-				Baseline           *struct {
-					Pair benchkit.LatencyStats
-				}
-				PairP50VsBaseline *float64 `json:"pair_p50_vs_baseline"`
-			}
-		}
-	}
+	var got runJSON
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatalf("JSON: %v\n%s", err, b)
 	}
-	if got.Nodes != 5 || len(got.Scenarios) != 3 {
-		t.Fatalf("JSON: %d nodes, %d scenarios", got.Nodes, len(got.Scenarios))
+	if got.Nodes != 5 || got.EtcdMembers != etcdMembers || got.Config.EtcdTTLns != int64(defaultEtcdTTL) || len(got.Scenarios) != 3 {
+		t.Fatalf("JSON: %d nodes, %d etcd members, config %+v, %d scenarios", got.Nodes, got.EtcdMembers, got.Config, len(got.Scenarios))
+	}
+	if sc := got.Scenarios[2]; sc.Kind != "slow-node" || !strings.HasPrefix(sc.EtcdFaultNode, "etcd") {
+		t.Errorf("JSON: %s: the etcd member it slowed down is %q", sc.Name, sc.EtcdFaultNode)
 	}
 	for _, sc := range got.Scenarios {
 		var names []string
 		for _, c := range sc.Contenders {
 			names = append(names, c.Name)
-			bad := len(c.ThroughputPerRound) != 1 || c.Errors != 0 || c.Pair.P999ns < c.Pair.P50ns ||
-				(c.Ops > 0 && (c.ThroughputPerRound[0] <= 0 || c.AllocsPerOp <= 0 || c.Pair.P50ns <= 0))
-			switch sc.Kind {
-			case "hot":
-				// A hot round lasts a fixed time, short here: on a loaded
-				// machine a contender that waits out redsync's retry delays
-				// may finish no acquisition in it.
-				bad = bad || c.MinShare == nil
-			case "slow-node":
-				bad = bad || c.Ops == 0 || c.Baseline == nil || c.Baseline.Pair.P50ns <= 0 || c.PairP50VsBaseline == nil
-			default:
-				bad = bad || c.Ops != 20
-			}
-			if bad {
+			if badEndToEnd(sc.Kind, c) {
 				t.Errorf("JSON: %s %s: %+v", sc.Name, c.Name, c)
 			}
 		}
@@ -453,7 +449,23 @@ func TestRunEndToEnd(t *testing.T) {
 			t.Errorf("JSON: %s has contenders %q, want %q", sc.Name, names, want)
 		}
 	}
-	checkPNG(t, plotPath)
+}
+
+// badEndToEnd reports whether a contender's figures in a scenario of kind
+// of TestRunEndToEnd are wrong.
+func badEndToEnd(kind string, c contenderJSON) bool {
+	bad := len(c.ThroughputPerRound) != 1 || c.Errors != 0 || c.Pair.P999ns < c.Pair.P50ns ||
+		(c.Ops > 0 && (c.ThroughputPerRound[0] <= 0 || c.AllocsPerOp <= 0 || c.Pair.P50ns <= 0))
+	switch kind {
+	case "hot":
+		// A hot round lasts a fixed time, short here: on a loaded machine
+		// a contender that waits out redsync's retry delays may finish no
+		// acquisition in it.
+		return bad || c.MinShare == nil
+	case "slow-node":
+		return bad || c.Ops == 0 || c.Baseline == nil || c.Baseline.Pair.P50ns <= 0 || c.PairP50VsBaseline == nil
+	}
+	return bad || c.Ops != 20
 }
 
 // TestRunMixed runs a tiny mixed scenario end to end on the bed lockbench

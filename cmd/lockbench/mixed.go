@@ -10,7 +10,8 @@ import (
 
 // mixedInstances is how many instances of each contender a mixed scenario
 // runs side by side, as three service processes would, each with its own
-// clients (and its own Locker or Redsync) on the same nodes.
+// clients (and its own Locker or Redsync) on the same nodes and etcd
+// cluster.
 const mixedInstances = 3
 
 // mixedTally is one contender's figures over the rounds of a mixed
@@ -38,35 +39,18 @@ func (t *mixedTally) addRound(hotAlone, distinctAlone, hotMix, distinctMix sampl
 }
 
 // openMixed opens the instances of the mixed scenarios: mixedInstances
-// sets of clients on addrs (one client per node each), each with its own
-// contenders, warmed up. Every set lists the same contenders in the same
-// order as b.direct.
-func (b *bench) openMixed(ctx context.Context, addrs []string, pool int) error {
+// sets of clients on eps (one go-redis client of pool connections per node
+// and one etcd client each), each with its own contenders, warmed up.
+// Every set lists the same contenders in the same order as b.direct.
+func (b *bench) openMixed(ctx context.Context, eps endpoints, pool int) error {
 	for k := range mixedInstances {
-		clients := openClients(addrs, pool)
-		b.mixedClients = append(b.mixedClients, clients)
-		set, err := newContenders(clients, b.cfg)
+		set, err := b.openSet(ctx, eps, pool, fmt.Sprintf("warm:mixed:%d", k))
 		if err != nil {
 			return fmt.Errorf("mixed instance %d: %w", k, err)
 		}
 		b.mixed = append(b.mixed, set)
-		if err := b.warmSet(ctx, set, fmt.Sprintf("warm:mixed:%d", k)); err != nil {
-			return fmt.Errorf("mixed instance %d: %w", k, err)
-		}
 	}
 	return nil
-}
-
-// closeMixed closes the mixed instances' contenders and clients.
-func (b *bench) closeMixed() {
-	for _, set := range b.mixed {
-		_ = set.close()
-	}
-	for _, cs := range b.mixedClients {
-		for _, c := range cs {
-			_ = c.Close()
-		}
-	}
 }
 
 // mixedPool is the client pool size of a mixed instance: room for every

@@ -14,28 +14,34 @@ import (
 // runJSON is every figure of a run, as -json writes it. Durations are in
 // nanoseconds.
 type runJSON struct {
-	Nodes     int            `json:"nodes"`
-	Provider  string         `json:"provider"`
-	RunID     string         `json:"run_id"`
-	Config    configJSON     `json:"config"`
-	Scenarios []scenarioJSON `json:"scenarios"`
-	Notes     []string       `json:"notes,omitempty"`
-	cfg       config
+	Nodes int `json:"nodes"` // Redis nodes
+	// EtcdMembers is the etcd cluster's size (0 when etcd did not run).
+	EtcdMembers int            `json:"etcd_members,omitempty"`
+	Provider    string         `json:"provider"`
+	RunID       string         `json:"run_id"`
+	Config      configJSON     `json:"config"`
+	Scenarios   []scenarioJSON `json:"scenarios"`
+	Notes       []string       `json:"notes,omitempty"`
+	cfg         config
 }
 
 // configJSON is the part of the command line that shapes the figures.
 type configJSON struct {
-	Addrs         []string `json:"addrs,omitempty"`
-	Fsync         string   `json:"fsync,omitempty"`
-	Rounds        int      `json:"rounds"`
-	Ops           int      `json:"ops"`
-	TTLns         int64    `json:"ttl_ns"`
-	NodeTimeoutNs int64    `json:"node_timeout_ns"`
-	HotDurationNs int64    `json:"hot_duration_ns"`
-	OpTimeoutNs   int64    `json:"op_timeout_ns"`
-	FaultBudgetNs int64    `json:"fault_budget_ns"`
-	SlowLatencyNs int64    `json:"slow_latency_ns"`
-	Seed          uint64   `json:"seed"` // of the multi scenarios' key picks
+	Addrs     []string `json:"addrs,omitempty"`
+	EtcdAddrs []string `json:"etcd_addrs,omitempty"`
+	Fsync     string   `json:"fsync,omitempty"`
+	Rounds    int      `json:"rounds"`
+	Ops       int      `json:"ops"`
+	TTLns     int64    `json:"ttl_ns"`
+	// EtcdTTLns is the etcd contender's session TTL: -etcd-ttl rounded up
+	// to whole seconds (0 when etcd did not run).
+	EtcdTTLns     int64  `json:"etcd_ttl_ns,omitempty"`
+	NodeTimeoutNs int64  `json:"node_timeout_ns"`
+	HotDurationNs int64  `json:"hot_duration_ns"`
+	OpTimeoutNs   int64  `json:"op_timeout_ns"`
+	FaultBudgetNs int64  `json:"fault_budget_ns"`
+	SlowLatencyNs int64  `json:"slow_latency_ns"`
+	Seed          uint64 `json:"seed"` // of the multi scenarios' key picks
 }
 
 // scenarioJSON is one scenario's figures, one entry per contender. In a
@@ -53,6 +59,7 @@ type scenarioJSON struct {
 	KeyPool         int              `json:"key_pool,omitempty"`
 	HoldNs          int64            `json:"hold_ns"`
 	FaultNode       string           `json:"fault_node,omitempty"`
+	EtcdFaultNode   string           `json:"etcd_fault_node,omitempty"`
 	Contenders      []contenderJSON  `json:"contenders"`
 	Skipped         []string         `json:"skipped,omitempty"`
 	raw             []*scenarioCurve // for the plot
@@ -101,9 +108,9 @@ type scenarioCurve struct {
 func summarizeRun(res *results) runJSON {
 	c := res.cfg
 	out := runJSON{
-		Nodes: res.nodes, Provider: res.provider, RunID: res.runID, Notes: res.notes, cfg: c,
+		Nodes: res.nodes, EtcdMembers: res.etcdMembers, Provider: res.provider, RunID: res.runID, Notes: res.notes, cfg: c,
 		Config: configJSON{
-			Addrs: c.addrs, Rounds: c.rounds, Ops: c.ops, TTLns: int64(c.ttl), NodeTimeoutNs: int64(c.timeout),
+			Addrs: c.addrs, EtcdAddrs: c.etcdAddrs, Rounds: c.rounds, Ops: c.ops, TTLns: int64(c.ttl), NodeTimeoutNs: int64(c.timeout),
 			HotDurationNs: int64(c.hotDuration), OpTimeoutNs: int64(c.opTimeout), FaultBudgetNs: int64(c.faultBudget),
 			SlowLatencyNs: int64(c.slowLatency), Seed: c.seed,
 		},
@@ -111,6 +118,9 @@ func summarizeRun(res *results) runJSON {
 	}
 	if len(c.addrs) == 0 {
 		out.Config.Fsync = c.fsync
+	}
+	if res.etcdMembers > 0 {
+		out.Config.EtcdTTLns = int64(etcdTTL(c.etcdTTL))
 	}
 	for _, r := range res.runs {
 		out.Scenarios = append(out.Scenarios, scenarioFigures(r, res.faultNode))
@@ -123,7 +133,7 @@ func summarizeRun(res *results) runJSON {
 func scenarioFigures(r *scenarioRun, faultNode string) scenarioJSON {
 	sj := scenarioJSON{Name: r.sc.name, Kind: r.sc.kind.String(), Workers: r.sc.workers, HoldNs: int64(r.sc.hold), Skipped: r.skipped}
 	if r.sc.fault() {
-		sj.FaultNode = faultNode
+		sj.FaultNode, sj.EtcdFaultNode = faultNode, r.etcdFaultNode
 	}
 	switch r.sc.kind {
 	case kindMixed:
@@ -215,8 +225,12 @@ func writeJSON(path string, s runJSON) error {
 // report prints one markdown table per scenario.
 func report(out io.Writer, s runJSON) {
 	c := s.cfg
-	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds, %d pairs per round (solo and fault scenarios), %v per round (hot and multi; per phase in mixed), ttl %v\n",
+	fmt.Fprintf(out, "lockbench: %d nodes (%s), %d rounds, %d pairs per round (solo and fault scenarios), %v per round (hot and multi; per phase in mixed), ttl %v (the Redis contenders)\n",
 		s.Nodes, s.Provider, c.rounds, c.ops, c.hotDuration, c.ttl)
+	if s.EtcdMembers > 0 {
+		fmt.Fprintf(out, "etcd: %d members (etcd fsyncs its WAL on every commit, whatever the Redis appendfsync), session TTL %v; its client and Locker per set of go-redis clients.\n",
+			s.EtcdMembers, time.Duration(s.Config.EtcdTTLns))
+	}
 	fmt.Fprintln(out, "ops/s: median over rounds of successful pairs per second; latencies over every successful pair of every round;")
 	fmt.Fprintln(out, "allocs/op: heap allocations of the whole process during the contender's runs (in fault scenarios, the bed's in-process proxy included) per attempted pair.")
 	for _, sj := range s.Scenarios {
@@ -292,14 +306,24 @@ func describe(sj scenarioJSON, c config) string {
 		return describeMixed(sj, c)
 	case kindMulti.String():
 		return fmt.Sprintf("%d workers, each lease %d distinct keys picked at random (seed %d) out of %d, so key sets overlap; "+
-			"acquire all (waiting) + unlock all, %v per round; quorumlock: one LockMulti lease, the others one lock per key in sorted order, released in reverse; "+
+			"acquire all (waiting) + unlock all, %v per round; quorumlock: one LockMulti lease (all or nothing per node), etcd: one LockMulti lease "+
+			"(one recipe lock per key in sorted order), the others one lock per key in sorted order, released in reverse; "+
 			"pairs/s: leases acquired and released per second, wait: acquiring every key, pair: wait + unlock",
 			sj.Workers, sj.KeysPerLease, c.seed, sj.KeyPool, c.hotDuration)
 	case kindSlowNode.String():
-		return fmt.Sprintf("%s answers %v late (bed proxy), 1 worker, up to %d pairs or %v per round, through the proxies", sj.FaultNode, c.slowLatency, c.ops, c.faultBudget)
+		return fmt.Sprintf("%s answers %v late (bed proxy), 1 worker, up to %d pairs or %v per round, through the proxies", faultNodes(sj), c.slowLatency, c.ops, c.faultBudget)
 	default:
-		return fmt.Sprintf("%s frozen (SIGSTOP), 1 worker, up to %d pairs or %v per round, each pair within %v, through the proxies", sj.FaultNode, c.ops, c.faultBudget, c.opTimeout)
+		return fmt.Sprintf("%s frozen (SIGSTOP), 1 worker, up to %d pairs or %v per round, each pair within %v, through the proxies", faultNodes(sj), c.ops, c.faultBudget, c.opTimeout)
 	}
+}
+
+// faultNodes names the nodes a fault scenario hits: the Redis node, and
+// the etcd member when etcd ran.
+func faultNodes(sj scenarioJSON) string {
+	if sj.EtcdFaultNode == "" {
+		return sj.FaultNode
+	}
+	return fmt.Sprintf("%s (and etcd's %s, a follower)", sj.FaultNode, sj.EtcdFaultNode)
 }
 
 // fmtRatio prints a ratio as "1.07x", or "n/a" when there is none.

@@ -191,6 +191,9 @@ type scenarioRun struct {
 	baselines []*tally      // fault scenarios: the same contenders without the fault
 	mixed     []*mixedTally // mixed scenarios: one per contender that ran, like tallies
 	skipped   []string      // contenders that cannot run the scenario
+	// etcdFaultNode is the etcd member a fault scenario hits ("" when
+	// etcd did not run).
+	etcdFaultNode string
 }
 
 // keys returns n distinct keys for one measured run.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,9 @@ type bench struct {
 	runID string
 	// dsn is the fresh, migrated database the instances share.
 	dsn string
+	// etcdAddrs are the etcd members' own client addresses (none when no
+	// run locks on etcd).
+	etcdAddrs []string
 	// admin is a small pool of the command's own, for seeding and checks.
 	admin *pgxpool.Pool
 	st    *store.Store
@@ -42,8 +46,8 @@ type bench struct {
 	progress  *benchkit.Progress
 }
 
-// setUp starts the bed, vouches for its brand-new Redis masters, creates
-// and migrates a fresh database, and opens the shared HTTP client.
+// setUp starts the bed (see startBed), creates and migrates a fresh
+// database, and opens the shared HTTP client.
 func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 	var id [4]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -63,22 +67,10 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 			b.close()
 		}
 	}()
-	bed, err := testbed.New(ctx, testbed.Options{Redis: redisNodes, Postgres: true, AppendFsync: cfg.fsync})
-	if err != nil {
-		return nil, fmt.Errorf("start the test bed: %w", err)
+	if err := b.startBed(ctx); err != nil {
+		return nil, err
 	}
-	b.bed = bed
-	b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + cfg.fsync
-	for _, n := range bed.Redis {
-		// Brand-new nodes never held a lock: let them vote at once.
-		a := n.Admin()
-		err := quorum.TrustNode(ctx, a)
-		_ = a.Close()
-		if err != nil {
-			return nil, fmt.Errorf("trust %s: %w", n.Name(), err)
-		}
-	}
-	if b.dsn, err = createDatabase(ctx, bed.Postgres.DSN(), "orderbench_"+b.runID); err != nil {
+	if b.dsn, err = createDatabase(ctx, b.bed.Postgres.DSN(), "orderbench_"+b.runID); err != nil {
 		return nil, err
 	}
 	if _, err := store.MigrateDSN(ctx, b.dsn); err != nil {
@@ -98,6 +90,34 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 	b.transport = newTransport(cfg)
 	b.client = &http.Client{Transport: b.transport}
 	return b, nil
+}
+
+// startBed starts the bed: the Redis masters, which it vouches for,
+// Postgres, and the etcd cluster when a run locks on etcd.
+func (b *bench) startBed(ctx context.Context) error {
+	opts := testbed.Options{Redis: redisNodes, Postgres: true, AppendFsync: b.cfg.fsync}
+	if b.cfg.usesEtcd() {
+		opts.Etcd = etcdMembers
+	}
+	bed, err := testbed.New(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("start the test bed: %w", err)
+	}
+	b.bed = bed
+	b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + b.cfg.fsync
+	for _, n := range bed.Etcd {
+		b.etcdAddrs = append(b.etcdAddrs, n.DirectAddr())
+	}
+	for _, n := range bed.Redis {
+		// Brand-new nodes never held a lock: let them vote at once.
+		a := n.Admin()
+		err := quorum.TrustNode(ctx, a)
+		_ = a.Close()
+		if err != nil {
+			return fmt.Errorf("trust %s: %w", n.Name(), err)
+		}
+	}
+	return nil
 }
 
 // newTransport returns the transport every user shares: it keeps an idle
@@ -151,12 +171,30 @@ func (b *bench) close() {
 }
 
 // runPlan is one run to make: a scenario, with its count of closed-loop
-// clients (none for flash), in one mode.
+// clients (none for flash), in one mode, with one lock backend in lock
+// mode.
 type runPlan struct {
 	scenario string
 	clients  int
 	mode     string
+	backend  string // "" in db mode
 }
+
+// label names the plan's mode as the report does: lock/redlock,
+// lock/etcd or db.
+func (p runPlan) label() string { return modeLabel(p.mode, p.backend) }
+
+// modeLabel names a mode with its backend: lock/redlock, lock/etcd or db.
+func modeLabel(mode, backend string) string {
+	if backend == "" {
+		return mode
+	}
+	return mode + "/" + backend
+}
+
+// tag is the plan's mode in product and user ids: lock-redlock,
+// lock-etcd or db.
+func (p runPlan) tag() string { return strings.ReplaceAll(p.label(), "/", "-") }
 
 // name is how the report names the plan's scenario: distinct, hot and cart
 // with their client count ("hot/64").
@@ -173,7 +211,8 @@ func isClosedLoop(sc string) bool {
 }
 
 // plans lists the runs in the order of the flags: scenario by scenario,
-// client count by count, mode by mode.
+// client count by count, mode by mode, and in lock mode backend by
+// backend.
 func (c config) plans() []runPlan {
 	var out []runPlan
 	for _, sc := range c.scenarios {
@@ -186,7 +225,13 @@ func (c config) plans() []runPlan {
 		}
 		for _, n := range counts {
 			for _, mode := range c.modes {
-				out = append(out, runPlan{scenario: sc, clients: n, mode: mode})
+				if mode == modeDB {
+					out = append(out, runPlan{scenario: sc, clients: n, mode: mode})
+					continue
+				}
+				for _, be := range c.backends {
+					out = append(out, runPlan{scenario: sc, clients: n, mode: mode, backend: be})
+				}
 			}
 		}
 	}
@@ -203,10 +248,10 @@ func (b *bench) runAll(ctx context.Context) ([]*runResult, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		b.progress.Start(p.name() + "/" + p.mode)
+		b.progress.Start(p.name() + "/" + p.label())
 		r, err := b.runOne(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("%s/%s: %w", p.name(), p.mode, err)
+			return nil, fmt.Errorf("%s/%s: %w", p.name(), p.label(), err)
 		}
 		res = append(res, r)
 		b.progress.Done()

@@ -74,7 +74,7 @@ func (d *cartDeck) next() (body []byte, products string) {
 func (b *bench) cartUsers(p runPlan, prefix string) ([]user, []string, error) {
 	products := make([]string, cartProducts)
 	for i := range products {
-		products[i] = fmt.Sprintf("cart.%d.%s.%d", p.clients, p.mode, i+1)
+		products[i] = fmt.Sprintf("cart.%d.%s.%d", p.clients, p.tag(), i+1)
 	}
 	users := make([]user, p.clients)
 	for i := range users {

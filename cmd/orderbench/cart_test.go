@@ -155,7 +155,8 @@ func TestWithLines(t *testing.T) {
 	}
 }
 
-// TestRunCartEndToEnd runs cart, tiny, in both modes on a bed of its own:
+// TestRunCartEndToEnd runs cart, tiny, in both modes (lock on both
+// backends, the defaults) on a bed of its own:
 // every run places carts and passes the check, per product included, and
 // the table, the comparison, the JSON and the plot hold it.
 func TestRunCartEndToEnd(t *testing.T) {
@@ -171,13 +172,13 @@ func TestRunCartEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| cart/4 | lock | ", "| cart/4 | db | ", "- cart/4: ", "cart: every request a cart of 3 distinct products of 10 (one unit each), picked at random (seed 3)"} {
+	for _, want := range []string{"| cart/4 | lock/redlock | ", "| cart/4 | lock/etcd | ", "| cart/4 | db | ", "- cart/4: ", "(lock/etcd ", "cart: every request a cart of 3 distinct products of 10 (one unit each), picked at random (seed 3)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q", want)
 		}
 	}
 	s := readSummary(t, jsonPath)
-	if len(s.Runs) != 2 || len(s.Comparisons) != 1 || s.Comparisons[0].Name != "cart/4" || s.Config.Cart == nil ||
+	if len(s.Runs) != 3 || len(s.Comparisons) != 2 || s.Comparisons[0].Name != "cart/4" || s.Comparisons[1].Backend != backendEtcd || s.Config.Cart == nil ||
 		*s.Config.Cart != (cartConfigJSON{Products: 10, Lines: 3, Seed: 3}) || s.Config.Flash != nil {
 		t.Fatalf("json: %d runs, comparisons %+v, config %+v", len(s.Runs), s.Comparisons, s.Config)
 	}
@@ -190,9 +191,10 @@ func TestRunCartEndToEnd(t *testing.T) {
 			t.Errorf("%s/%s: check: %+v", r.Name, r.Mode, c)
 		}
 		var sold int64
+		tag := strings.ReplaceAll(modeLabel(r.Mode, r.Backend), "/", "-")
 		for _, p := range c.Products {
 			sold += p.Sold
-			if p.Seeded != seedStock || p.Left+p.Sold != p.Seeded || !strings.HasPrefix(p.Product, "cart.4."+r.Mode+".") {
+			if p.Seeded != seedStock || p.Left+p.Sold != p.Seeded || !strings.HasPrefix(p.Product, "cart.4."+tag+".") {
 				t.Errorf("%s/%s: product %+v", r.Name, r.Mode, p)
 			}
 		}

@@ -68,7 +68,7 @@ type saleResult struct {
 // runFlash seeds the sale's product, starts the instances of p's mode,
 // runs the sale, stops everything and checks the database.
 func (b *bench) runFlash(ctx context.Context, p runPlan) (*runResult, error) {
-	product := "flash." + p.mode
+	product := "flash." + p.tag()
 	buyers, err := b.buyers(p, product)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func (b *bench) runFlash(ctx context.Context, p runPlan) (*runResult, error) {
 	if err := b.seed(ctx, []string{product}, int64(b.cfg.flash.units)); err != nil {
 		return nil, err
 	}
-	ins, err := b.startInstances(ctx, p.mode)
+	ins, err := b.startInstances(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (b *bench) runFlash(ctx context.Context, p runPlan) (*runResult, error) {
 func (b *bench) buyers(p runPlan, product string) ([]user, error) {
 	buyers := make([]user, b.cfg.flash.buyers)
 	for i := range buyers {
-		u, err := b.newUser(fmt.Sprintf("ob.%s.%s.%s.b%d", b.runID, p.scenario, p.mode, i+1), product)
+		u, err := b.newUser(fmt.Sprintf("ob.%s.%s.%s.b%d", b.runID, p.scenario, p.tag(), i+1), product)
 		if err != nil {
 			return nil, err
 		}

@@ -184,22 +184,25 @@ func TestSummarizeSales(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := []*runResult{
-		{runPlan: runPlan{scenario: scenarioFlash, mode: modeLock}, sale: sale("flash.lock", 100*time.Millisecond, true), check: checkResult{OK: true}, peakConns: -1},
+		{runPlan: runPlan{scenario: scenarioFlash, mode: modeLock, backend: backendRedlock}, sale: sale("flash.lock", 100*time.Millisecond, true), check: checkResult{OK: true}, peakConns: -1},
 		{runPlan: runPlan{scenario: scenarioFlash, mode: modeDB}, sale: sale("flash.db", 400*time.Millisecond, true), check: checkResult{OK: true}, peakConns: -1},
-		{runPlan: runPlan{scenario: scenarioMixed, clients: 4, mode: modeLock}, sale: sale("mixed.lock", 200*time.Millisecond, false), window: w, tallies: tal(4 * time.Millisecond),
+		{runPlan: runPlan{scenario: scenarioMixed, clients: 4, mode: modeLock, backend: backendRedlock}, sale: sale("mixed.lock", 200*time.Millisecond, false), window: w, tallies: tal(4 * time.Millisecond),
 			peakConns: 9, alone: &phase{window: w, tallies: tal(2 * time.Millisecond), peakConns: 5}, check: checkResult{OK: true}},
 		{runPlan: runPlan{scenario: scenarioMixed, clients: 4, mode: modeDB}, sale: sale("mixed.db", 100*time.Millisecond, true), window: w, tallies: tal(10 * time.Millisecond),
 			peakConns: 12, alone: &phase{window: w, tallies: tal(2 * time.Millisecond), peakConns: 6}, check: checkResult{OK: true}},
+		{runPlan: runPlan{scenario: scenarioFlash, mode: modeLock, backend: backendEtcd}, sale: sale("flash.lock-etcd", 800*time.Millisecond, true), check: checkResult{OK: true}, peakConns: -1},
 	}
 	s := summarize(cfg, "test", "abcd", res)
 	checkSaleFigures(t, s)
 	var out strings.Builder
 	report(&out, s)
 	for _, want := range []string{
-		"| flash | lock | 2 | 3 | 50ms | 100ms |", "| 2 | 1 | 0 | 3 | 3 | 7 | 0 | ok (0 orders) |", "| mixed | lock | 2 | 3 | not sold out (1 left) |",
-		"| lock | 2s | 5 | 5 | 2ms | 4ms | 2.00x | 5 | 9 |", "| db | 2s | 5 | 5 | 2ms | 10ms | 5.00x | 6 | 12 |",
-		"- flash: every buyer answered 4.00x sooner with lock (lock 100ms, db 400ms); sold out 4.00x sooner with lock (lock 50ms, db 200ms)",
-		"- mixed: distinct p99 during the sale: lock 0.40x db's (lock 4ms, db 10ms); every buyer answered 2.00x sooner with db (lock 200ms, db 100ms); sold out: (lock -, db 50ms)",
+		"| flash | lock/redlock | 2 | 3 | 50ms | 100ms |", "| 2 | 1 | 0 | 3 | 3 | 7 | 0 | ok (0 orders) |", "| mixed | lock/redlock | 2 | 3 | not sold out (1 left) |",
+		"| flash | lock/etcd | 2 | 3 | 400ms | 800ms |",
+		"| lock/redlock | 2s | 5 | 5 | 2ms | 4ms | 2.00x | 5 | 9 |", "| db | 2s | 5 | 5 | 2ms | 10ms | 5.00x | 6 | 12 |",
+		"- flash, lock/redlock vs db: every buyer answered 4.00x sooner with lock/redlock (lock/redlock 100ms, db 400ms); sold out 4.00x sooner with lock/redlock (lock/redlock 50ms, db 200ms)",
+		"- flash, lock/etcd vs db: every buyer answered 2.00x sooner with db (lock/etcd 800ms, db 400ms); sold out 2.00x sooner with db (lock/etcd 400ms, db 200ms)",
+		"- mixed, lock/redlock vs db: distinct p99 during the sale: lock/redlock 0.40x db's (lock/redlock 4ms, db 10ms); every buyer answered 2.00x sooner with db (lock/redlock 200ms, db 100ms); sold out: (lock/redlock -, db 50ms)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
@@ -213,12 +216,18 @@ func TestSummarizeSales(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPNG(t, path)
-	over := sale("mixed.db", time.Second, true)
+	checkOversold(t, cfg, res, sale("mixed.db", time.Second, true))
+}
+
+// checkOversold replaces the sale of the db run of mixed (res[3]) by over,
+// made to sell a unit more than it had: the check must fail the run.
+func checkOversold(t *testing.T, cfg config, res []*runResult, over *saleResult) {
+	t.Helper()
 	over.soldUnits, over.stockLeft = 3, -1
 	over.check = checkResult{OK: true}.withSale(2, 3, -1)
 	res[3].sale = over
-	s = summarize(cfg, "test", "abcd", res)
-	out.Reset()
+	s := summarize(cfg, "test", "abcd", res)
+	var out strings.Builder
 	report(&out, s)
 	if err := checkFailures(s); err == nil || !strings.Contains(err.Error(), "mixed/db") || !strings.Contains(err.Error(), "oversold") ||
 		!strings.Contains(out.String(), "CHECK FAILED: the sale: 1 units oversold") || s.Runs[3].Sale.Oversold != 1 {
@@ -229,7 +238,7 @@ func TestSummarizeSales(t *testing.T) {
 // checkSaleFigures checks the JSON figures of TestSummarizeSales.
 func checkSaleFigures(t *testing.T, s summaryJSON) {
 	t.Helper()
-	if s.Config.Flash == nil || s.Config.Flash.Units != 500 || s.Config.Flash.MaxTries != maxBuyerTries || len(s.Comparisons) != 0 || len(s.SaleComparisons) != 2 {
+	if s.Config.Flash == nil || s.Config.Flash.Units != 500 || s.Config.Flash.MaxTries != maxBuyerTries || len(s.Comparisons) != 0 || len(s.SaleComparisons) != 3 {
 		t.Fatalf("summary: %+v", s)
 	}
 	f := s.Runs[0].Sale
@@ -242,7 +251,10 @@ func checkSaleFigures(t *testing.T, s summaryJSON) {
 	if m == nil || m.P99Ratio == nil || *m.P99Ratio != 2 || m.During.PeakDBConns != 9 || m.Without.PeakDBConns != 5 || s.Runs[2].Sent != 6 {
 		t.Fatalf("mixed/lock: %+v", m)
 	}
-	if c := s.SaleComparisons[1]; c.Scenario != scenarioMixed || c.DuringP99Ratio == nil || *c.DuringP99Ratio != 0.4 || c.AllAnsweredRatio == nil || *c.AllAnsweredRatio != 0.5 {
+	if c := s.SaleComparisons[1]; c.Scenario != scenarioFlash || c.Backend != backendEtcd || c.AllAnsweredRatio == nil || *c.AllAnsweredRatio != 0.5 {
+		t.Fatalf("flash comparison on etcd: %+v", c)
+	}
+	if c := s.SaleComparisons[2]; c.Scenario != scenarioMixed || c.Backend != backendRedlock || c.DuringP99Ratio == nil || *c.DuringP99Ratio != 0.4 || c.AllAnsweredRatio == nil || *c.AllAnsweredRatio != 0.5 {
 		t.Fatalf("mixed comparison: %+v", c)
 	}
 }

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/quorumlock/quorumlock/etcdlock"
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -33,18 +37,20 @@ const (
 	redisPoolSize = 64
 )
 
-// instance is one ordersd-equivalent: its own pool, Redis clients, lock,
-// idempotency store and service, behind its own loopback HTTP server.
+// instance is one ordersd-equivalent: its own pool, Redis clients, lock
+// (with its own etcd client on the etcd backend), idempotency store and
+// service, behind its own loopback HTTP server.
 type instance struct {
 	pool    *pgxpool.Pool
 	clients []redis.UniversalClient
-	locker  *quorum.Locker // nil in db mode
+	etcd    *clientv3.Client // the etcd backend's, else nil
+	locker  io.Closer        // quorum.Locker or etcdlock.Locker; nil in db mode
 	srv     *httptest.Server
 }
 
-// startInstances starts instancesPerRun instances in mode (modeLock or
-// modeDB). On error it closes what it started.
-func (b *bench) startInstances(ctx context.Context, mode string) (_ []*instance, err error) {
+// startInstances starts instancesPerRun instances in p's mode (and lock
+// backend). On error it closes what it started.
+func (b *bench) startInstances(ctx context.Context, p runPlan) (_ []*instance, err error) {
 	var ins []*instance
 	defer func() {
 		if err != nil {
@@ -52,7 +58,7 @@ func (b *bench) startInstances(ctx context.Context, mode string) (_ []*instance,
 		}
 	}()
 	for i := range instancesPerRun {
-		in, err := b.startInstance(ctx, mode)
+		in, err := b.startInstance(ctx, p)
 		if in != nil {
 			ins = append(ins, in)
 		}
@@ -65,7 +71,7 @@ func (b *bench) startInstances(ctx context.Context, mode string) (_ []*instance,
 
 // startInstance starts one instance. It returns what it opened even on
 // error, for the caller to close.
-func (b *bench) startInstance(ctx context.Context, mode string) (*instance, error) {
+func (b *bench) startInstance(ctx context.Context, p runPlan) (*instance, error) {
 	pcfg, err := pgxpool.ParseConfig(b.dsn)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
@@ -96,13 +102,12 @@ func (b *bench) startInstance(ctx context.Context, mode string) (*instance, erro
 		return in, fmt.Errorf("idempotency store: %w", err)
 	}
 	opts := []orders.Option{orders.WithIdempotency(claims)}
-	if mode == modeLock {
-		in.locker, err = quorum.New(in.clients, quorum.WithTTL(lockTTL), quorum.WithMaxWait(b.cfg.lockWait),
-			quorum.WithFencer(issuer))
+	if p.mode == modeLock {
+		lock, err := b.openLock(in, p.backend, issuer)
 		if err != nil {
-			return in, fmt.Errorf("lock: %w", err)
+			return in, fmt.Errorf("lock (%s): %w", p.backend, err)
 		}
-		opts = append(opts, orders.WithLocker(orders.QuorumLocker(in.locker)))
+		opts = append(opts, orders.WithLocker(lock))
 	}
 	svc, err := orders.New(st, opts...)
 	if err != nil {
@@ -112,8 +117,34 @@ func (b *bench) startInstance(ctx context.Context, mode string) (*instance, erro
 	return in, nil
 }
 
+// openLock opens the instance's stock lock on backend, fenced by fences, as
+// ordersd does (its openLock and openEtcdLock, with their defaults): a
+// quorum.Locker on the instance's Redis clients, or an etcdlock.Locker on
+// an etcd client of the instance's own, of the members' own addresses.
+func (b *bench) openLock(in *instance, backend string, fences quorum.Fencer) (orders.Locker, error) {
+	if backend == backendEtcd {
+		cli, err := clientv3.New(etcdbed.Config(b.etcdAddrs...))
+		if err != nil {
+			return nil, fmt.Errorf("etcd client: %w", err)
+		}
+		in.etcd = cli
+		l, err := etcdlock.New(cli, etcdlock.WithTTL(lockTTL), etcdlock.WithMaxWait(b.cfg.lockWait), etcdlock.WithFencer(fences))
+		if err != nil {
+			return nil, err
+		}
+		in.locker = l
+		return orders.EtcdLocker(l), nil
+	}
+	l, err := quorum.New(in.clients, quorum.WithTTL(lockTTL), quorum.WithMaxWait(b.cfg.lockWait), quorum.WithFencer(fences))
+	if err != nil {
+		return nil, err
+	}
+	in.locker = l
+	return orders.QuorumLocker(l), nil
+}
+
 // close stops the server (waiting for requests in flight), then closes the
-// lock, the Redis clients and the pool.
+// lock, the etcd client, the Redis clients and the pool.
 func (in *instance) close() error {
 	if in.srv != nil {
 		in.srv.Close()
@@ -121,6 +152,9 @@ func (in *instance) close() error {
 	var errs []error
 	if in.locker != nil {
 		errs = append(errs, in.locker.Close())
+	}
+	if in.etcd != nil {
+		errs = append(errs, in.etcd.Close())
 	}
 	for _, c := range in.clients {
 		errs = append(errs, c.Close())

@@ -2,13 +2,16 @@
 // check, idempotency claim in Redis, stock lock (or not), the order
 // transaction in Postgres, and the answer.
 //
-// It starts its own test bed (five Redis masters and Postgres;
+// It starts its own test bed (five Redis masters and Postgres, and a
+// three-member etcd cluster when lock mode runs on the etcd backend;
 // QUORUMLOCK_TESTBED chooses the provider), migrates a fresh database on
 // it, and for every run runs three service instances in this process, each
-// with its own pgx pool, go-redis clients, quorum.Locker (fenced by a
-// fencing reserver) and idempotency store, behind its own loopback HTTP
-// server: what three ordersd processes sharing one Postgres and one set of
-// Redis masters would be. Traffic goes only to that bed and to loopback.
+// with its own pgx pool, go-redis clients, stock lock (quorum.Locker, or
+// etcdlock.Locker on an etcd client of its own; fenced by a fencing
+// reserver either way) and idempotency store, behind its own loopback HTTP
+// server: what three ordersd processes sharing one Postgres, one set of
+// Redis masters (and one etcd cluster) would be. Traffic goes only to that
+// bed and to loopback.
 //
 // Scenarios (-scenarios):
 //
@@ -21,11 +24,22 @@
 //
 // Modes (-modes):
 //
-//	lock  the instances take the quorum stock lock (orders.WithLocker): the
+//	lock  the instances take the stock lock (orders.WithLocker): the
 //	      requests for one product queue on each instance and are placed in
 //	      batches under one lease, and a sold-out product is answered
-//	      without the lock
+//	      without the lock. It runs once per backend of -backends, reported
+//	      as lock/redlock and lock/etcd:
+//	        redlock  quorum.Locker over the five Redis masters (ordersd's
+//	                 ORDERS_LOCK_BACKEND=redlock)
+//	        etcd     etcdlock.Locker on the etcd cluster (ORDERS_LOCK_BACKEND=etcd,
+//	                 as cmd/ordersd's openEtcdLock builds it: the fences come
+//	                 from the same Postgres reserver)
 //	db    no lock: Postgres alone arbitrates (row lock, fence taken in the transaction)
+//
+// -backends defaults to both: with the default flags that makes 24 runs
+// instead of the 16 of redlock alone, about half as long again (one more
+// closed-loop run per scenario and count, one more sale of flash and of
+// mixed); -backends redlock is the shorter run.
 //
 // Both modes keep the Redis idempotency fast path (orders.WithIdempotency),
 // and both shed overload with 503 and Retry-After.
@@ -104,9 +118,16 @@ const (
 	modeDB   = "db"
 )
 
+// Lock backends of lock mode: ordersd's ORDERS_LOCK_BACKEND values.
+const (
+	backendRedlock = "redlock"
+	backendEtcd    = "etcd"
+)
+
 var (
 	allScenarios = []string{scenarioDistinct, scenarioHot, scenarioCart, scenarioFlash, scenarioMixed}
 	allModes     = []string{modeLock, modeDB}
+	allBackends  = []string{backendRedlock, backendEtcd}
 )
 
 // Bounds of the flags.
@@ -125,6 +146,7 @@ const (
 	maxFlashSpread  = 10 * time.Minute
 	instancesPerRun = 3
 	redisNodes      = 5
+	etcdMembers     = 3
 )
 
 // config is the parsed command line.
@@ -136,6 +158,7 @@ type config struct {
 	warmup         time.Duration
 	scenarios      []string
 	modes          []string
+	backends       []string // of lock mode
 	lockWait       time.Duration
 	requestTimeout time.Duration
 	poolConns      int
@@ -173,6 +196,7 @@ func parse(args []string) (config, error) {
 	fs := flag.NewFlagSet("orderbench", flag.ContinueOnError)
 	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
 	modes := fs.String("modes", strings.Join(allModes, ","), "comma-separated modes: "+strings.Join(allModes, ", "))
+	backends := fs.String("backends", strings.Join(allBackends, ","), "comma-separated stock lock backends; lock mode runs once per backend: "+strings.Join(allBackends, ", "))
 	clients := fs.String("clients", "64,512", fmt.Sprintf("comma-separated closed-loop client counts, each 1..%d; distinct, hot and cart run once per count, mixed takes the first", maxClients))
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured length of each closed-loop run; mixed: the least length of each phase")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before each closed-loop measurement (mixed: before each phase)")
@@ -198,6 +222,9 @@ func parse(args []string) (config, error) {
 		return c, err
 	}
 	if c.modes, err = parseList("-modes", *modes, allModes); err != nil {
+		return c, err
+	}
+	if c.backends, err = parseList("-backends", *backends, allBackends); err != nil {
 		return c, err
 	}
 	if c.clients, err = parseCounts("-clients", *clients, maxClients); err != nil {
@@ -260,6 +287,11 @@ func parseCounts(flagName, value string, limit int) ([]int, error) {
 
 // maxCount returns the largest of the client counts.
 func (c config) maxCount() int { return slices.Max(c.clients) }
+
+// usesEtcd reports whether a run of the plan takes the stock lock on etcd.
+func (c config) usesEtcd() bool {
+	return slices.Contains(c.modes, modeLock) && slices.Contains(c.backends, backendEtcd)
+}
 
 // hasSale reports whether a scenario of the run holds a flash sale.
 func (c config) hasSale() bool {

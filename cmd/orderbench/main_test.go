@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		// gRPC and the etcd client end some goroutines just after Close.
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/transport.(*controlBuffer).get"),
 	)
 }
 
@@ -36,15 +39,17 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.clients, []int{64, 512}) || c.duration != 5*time.Second || c.warmup != time.Second || c.lockWait != 2*time.Second ||
-		!slices.Equal(c.scenarios, allScenarios) || !slices.Equal(c.modes, allModes) || c.jsonPath != "" || c.plotPath != "" ||
+		!slices.Equal(c.scenarios, allScenarios) || !slices.Equal(c.modes, allModes) || !slices.Equal(c.backends, allBackends) || !c.usesEtcd() ||
+		c.jsonPath != "" || c.plotPath != "" ||
 		c.flash != (flashConfig{units: 500, buyers: 5000, spread: time.Second, seed: 1}) {
 		t.Fatalf("defaults: %+v", c)
 	}
-	c, err = parse([]string{"-scenarios", "hot,mixed", "-modes", "db,lock", "-clients", "1024", "-duration", "10m", "-warmup", "0", "-pg-conns", "8"})
+	c, err = parse([]string{"-scenarios", "hot,mixed", "-modes", "db,lock", "-backends", "redlock", "-clients", "1024", "-duration", "10m", "-warmup", "0", "-pg-conns", "8"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.scenarios, []string{"hot", "mixed"}) || !slices.Equal(c.modes, []string{"db", "lock"}) || !slices.Equal(c.clients, []int{1024}) ||
+		!slices.Equal(c.backends, []string{"redlock"}) || c.usesEtcd() ||
 		c.duration != 10*time.Minute || c.warmup != 0 || c.poolConns != 8 {
 		t.Fatalf("parsed: %+v", c)
 	}
@@ -61,23 +66,36 @@ func TestParseDefaults(t *testing.T) {
 }
 
 // TestPlans: distinct, hot and cart run once per client count and mode, flash
-// once per mode, mixed once per mode with the first count.
+// once per mode, mixed once per mode with the first count; lock mode once
+// per backend.
 func TestPlans(t *testing.T) {
-	c, err := parse([]string{"-scenarios", "hot,cart,flash,mixed", "-modes", "lock,db", "-clients", "8,2"})
+	c, err := parse([]string{"-scenarios", "hot,cart,flash,mixed", "-modes", "lock,db", "-backends", "redlock", "-clients", "8,2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, p := range c.plans() {
-		got = append(got, p.name()+"/"+p.mode+"/"+fmt.Sprint(p.clients))
+		got = append(got, p.name()+"/"+p.label()+"/"+fmt.Sprint(p.clients))
 	}
-	want := []string{"hot/8/lock/8", "hot/8/db/8", "hot/2/lock/2", "hot/2/db/2", "cart/8/lock/8", "cart/8/db/8", "cart/2/lock/2", "cart/2/db/2",
-		"flash/lock/0", "flash/db/0", "mixed/lock/8", "mixed/db/8"}
+	want := []string{"hot/8/lock/redlock/8", "hot/8/db/8", "hot/2/lock/redlock/2", "hot/2/db/2", "cart/8/lock/redlock/8", "cart/8/db/8",
+		"cart/2/lock/redlock/2", "cart/2/db/2", "flash/lock/redlock/0", "flash/db/0", "mixed/lock/redlock/8", "mixed/db/8"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("plans: %q, want %q", got, want)
 	}
 	if !c.hasSale() {
 		t.Fatal("no sale")
+	}
+	c, err = parse([]string{"-scenarios", "hot,flash", "-modes", "db,lock", "-backends", "etcd,redlock", "-clients", "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, p := range c.plans() {
+		got = append(got, p.name()+"/"+p.label()+" "+p.tag())
+	}
+	want = []string{"hot/4/db db", "hot/4/lock/etcd lock-etcd", "hot/4/lock/redlock lock-redlock", "flash/db db", "flash/lock/etcd lock-etcd", "flash/lock/redlock lock-redlock"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("plans: %q, want %q", got, want)
 	}
 }
 
@@ -125,6 +143,9 @@ func TestParseRejectsBadFlags(t *testing.T) {
 		{[]string{"-scenarios", "flash,flash"}, "twice"},
 		{[]string{"-modes", "redis"}, "redis"},
 		{[]string{"-modes", "db,db"}, "twice"},
+		{[]string{"-backends", "zookeeper"}, "zookeeper"},
+		{[]string{"-backends", "etcd,etcd"}, "twice"},
+		{[]string{"-backends", ""}, "-backends"},
 		{[]string{"-clients", "x"}, "-clients"},
 		{[]string{"-bogus"}, "bogus"},
 		{[]string{"extra"}, "extra"},
@@ -254,37 +275,56 @@ func TestSummarizeCompares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := func(sc string, n int, mode string) runPlan { return runPlan{scenario: sc, clients: n, mode: mode} }
+	plan := func(sc string, n int, label string) runPlan {
+		mode, backend, _ := strings.Cut(label, "/")
+		return runPlan{scenario: sc, clients: n, mode: mode, backend: backend}
+	}
 	s := summarize(cfg, "test", "abcd", []*runResult{
-		{runPlan: plan(scenarioDistinct, 64, modeLock), window: w, tallies: tal(100, 0), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioDistinct, 64, "lock/redlock"), window: w, tallies: tal(100, 0), check: checkResult{OK: true}},
 		{runPlan: plan(scenarioDistinct, 64, modeDB), window: w, tallies: tal(200, 0), check: checkResult{OK: true}},
-		{runPlan: plan(scenarioHot, 64, modeLock), window: w, tallies: tal(50, 10), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioHot, 64, "lock/redlock"), window: w, tallies: tal(50, 10), check: checkResult{OK: true}},
 		{runPlan: plan(scenarioHot, 64, modeDB), window: w, tallies: tal(0, 4), check: checkResult{OK: false, Problem: "boom"}},
-		{runPlan: plan(scenarioHot, 512, modeLock), window: w, tallies: tal(90, 0), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioHot, 512, "lock/redlock"), window: w, tallies: tal(90, 0), check: checkResult{OK: true}},
+		{runPlan: plan(scenarioHot, 512, "lock/etcd"), window: w, tallies: tal(60, 0), check: checkResult{OK: false, Problem: "bang"}},
 		{runPlan: plan(scenarioHot, 512, modeDB), window: w, tallies: tal(30, 0), check: checkResult{OK: true}},
 	})
-	if len(s.Comparisons) != 3 || s.SaleComparisons != nil || s.Config.Flash != nil {
+	if len(s.Comparisons) != 4 || s.SaleComparisons != nil || s.Config.Flash != nil || s.EtcdMembers != etcdMembers {
 		t.Fatalf("comparisons: %+v %+v", s.Comparisons, s.SaleComparisons)
 	}
-	if c := s.Comparisons[0]; c.Name != "distinct/64" || c.Clients != 64 || c.Faster != modeDB || c.Ratio == nil || *c.Ratio != 2 {
+	if c := s.Comparisons[0]; c.Name != "distinct/64" || c.Clients != 64 || c.Backend != backendRedlock || c.Faster != modeDB || c.Ratio == nil || *c.Ratio != 2 {
 		t.Fatalf("distinct: %+v", c)
 	}
 	if c := s.Comparisons[1]; c.Name != "hot/64" || c.Faster != modeLock || c.Ratio != nil {
 		t.Fatalf("hot/64: %+v", c)
 	}
-	if c := s.Comparisons[2]; c.Name != "hot/512" || c.Scenario != scenarioHot || c.Faster != modeLock || c.Ratio == nil || *c.Ratio != 3 {
+	if c := s.Comparisons[2]; c.Name != "hot/512" || c.Scenario != scenarioHot || c.Backend != backendRedlock || c.Faster != modeLock || c.Ratio == nil || *c.Ratio != 3 {
 		t.Fatalf("hot/512: %+v", c)
 	}
-	if r := s.Runs[2]; r.Name != "hot/64" || r.Requests != 60 || r.RequestsPerSec != 30 || r.CreatedPerSec != 25 || r.Other["503 service_unavailable"] != 10 || r.Other["201"] != 0 {
+	if c := s.Comparisons[3]; c.Name != "hot/512" || c.Backend != backendEtcd || c.Faster != modeLock || c.Ratio == nil || *c.Ratio != 2 || c.DBCreatedPerSec != 15 {
+		t.Fatalf("hot/512 on etcd: %+v", c)
+	}
+	if r := s.Runs[2]; r.Name != "hot/64" || r.Backend != backendRedlock || r.Requests != 60 || r.RequestsPerSec != 30 || r.CreatedPerSec != 25 ||
+		r.Other["503 service_unavailable"] != 10 || r.Other["201"] != 0 {
 		t.Fatalf("hot/lock: %+v", r)
 	}
-	if err := checkFailures(s); err == nil || !strings.Contains(err.Error(), "hot/64/db") || strings.Contains(err.Error(), "distinct") {
+	if r := s.Runs[6]; r.Mode != modeDB || r.Backend != "" {
+		t.Fatalf("hot/db: %+v", r)
+	}
+	if err := checkFailures(s); err == nil || !strings.Contains(err.Error(), "hot/64/db") || !strings.Contains(err.Error(), "hot/512/lock/etcd") || strings.Contains(err.Error(), "distinct") {
 		t.Fatalf("checkFailures: %v", err)
 	}
+	checkCompareReport(t, s)
+}
+
+// checkCompareReport checks the report of TestSummarizeCompares.
+func checkCompareReport(t *testing.T, s summaryJSON) {
+	t.Helper()
 	var out strings.Builder
 	report(&out, s)
-	for _, want := range []string{"| hot/64 | lock | 30 | 25 |", "| hot/512 | db |", "503 service_unavailable: 10", "- distinct/64: db placed orders 2.00x as fast as lock",
-		"- hot/64: only lock placed orders", "- hot/512: lock placed orders 3.00x as fast as db", "CHECK FAILED: boom"} {
+	for _, want := range []string{"| hot/64 | lock/redlock | 30 | 25 |", "| hot/512 | db |", "| hot/512 | lock/etcd | 30 | 30 |", "503 service_unavailable: 10",
+		"- distinct/64: db placed orders 2.00x as fast as lock/redlock (lock/redlock 50, db 100 orders/s)",
+		"- hot/64: only lock/redlock placed orders", "- hot/512: lock/redlock placed orders 3.00x as fast as db",
+		"- hot/512: lock/etcd placed orders 2.00x as fast as db (lock/etcd 30, db 15 orders/s)", "CHECK FAILED: boom", "hot/512/lock/etcd: CHECK FAILED: bang"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
@@ -325,27 +365,35 @@ func TestRunEndToEnd(t *testing.T) {
 	defer cancel()
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	var out strings.Builder
-	err := run(ctx, []string{"-scenarios", "distinct,hot", "-clients", "4,2", "-duration", "300ms", "-warmup", "100ms", "-json", jsonPath, "-quiet"}, &out)
+	err := run(ctx, []string{"-scenarios", "distinct,hot", "-clients", "4,2", "-duration", "300ms", "-warmup", "100ms", "-backends", "redlock,etcd",
+		"-json", jsonPath, "-quiet"}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := []string{"distinct/4", "distinct/2", "hot/4", "hot/2"}
+	labels := []string{"lock/redlock", "lock/etcd", "db"}
 	for _, name := range names {
-		for _, mode := range allModes {
-			if !strings.Contains(out.String(), "| "+name+" | "+mode+" | ") {
-				t.Errorf("the table has no row %s/%s", name, mode)
+		for _, label := range labels {
+			if !strings.Contains(out.String(), "| "+name+" | "+label+" | ") {
+				t.Errorf("the table has no row %s/%s", name, label)
 			}
 		}
-		if !strings.Contains(out.String(), "- "+name+": ") {
-			t.Errorf("no comparison for %s", name)
+		for _, lock := range labels[:2] {
+			if !strings.Contains(out.String(), "- "+name+": ") || !strings.Contains(out.String(), "("+lock+" ") {
+				t.Errorf("no comparison of %s with db for %s", lock, name)
+			}
 		}
 	}
 	s := readSummary(t, jsonPath)
-	if len(s.Runs) != len(names)*len(allModes) || len(s.Comparisons) != len(names) || !slices.Equal(s.Config.ClientCounts, []int{4, 2}) {
+	if len(s.Runs) != len(names)*len(labels) || len(s.Comparisons) != 2*len(names) || !slices.Equal(s.Config.ClientCounts, []int{4, 2}) ||
+		s.EtcdMembers != etcdMembers || !slices.Equal(s.Config.Backends, allBackends) {
 		t.Fatalf("json: %d runs, %d comparisons, config %+v", len(s.Runs), len(s.Comparisons), s.Config)
 	}
 	for _, r := range s.Runs {
+		if (r.Mode == modeLock) != (r.Backend != "") {
+			t.Errorf("%s/%s: backend %q", r.Name, r.Mode, r.Backend)
+		}
 		// The window is short: on a loaded machine a run's first answers
 		// can all come after it, so the figures of the window may be zero.
 		// Every run must still have placed orders and pass the check.
@@ -359,7 +407,8 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 }
 
-// TestRunSalesEndToEnd runs flash and mixed, tiny, in both modes on a bed
+// TestRunSalesEndToEnd runs flash and mixed, tiny, in both modes (lock on
+// both backends) on a bed
 // of its own: every buyer must get its final answer, the product sell out
 // exactly, the checks pass, and the tables, the JSON and the plot hold
 // every run.
@@ -370,14 +419,16 @@ func TestRunSalesEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, plotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
 	var out strings.Builder
-	err := run(ctx, []string{"-scenarios", "flash,mixed", "-modes", "lock,db", "-flash-units", "20", "-flash-buyers", "200", "-flash-spread", "200ms",
+	err := run(ctx, []string{"-scenarios", "flash,mixed", "-modes", "lock,db", "-backends", "redlock,etcd", "-flash-units", "20", "-flash-buyers", "200", "-flash-spread", "200ms",
 		"-clients", "4", "-duration", "500ms", "-warmup", "0", "-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| flash | lock | 20 | 200 |", "| flash | db | 20 | 200 |", "| mixed | lock | 20 | 200 |", "| mixed | db | 20 | 200 |",
-		"| lock | ", "| db | ", "- flash: every buyer answered", "- mixed: distinct p99 during the sale: lock "} {
+	for _, want := range []string{"| flash | lock/redlock | 20 | 200 |", "| flash | lock/etcd | 20 | 200 |", "| flash | db | 20 | 200 |",
+		"| mixed | lock/redlock | 20 | 200 |", "| mixed | lock/etcd | 20 | 200 |", "| mixed | db | 20 | 200 |",
+		"| lock/redlock | ", "| lock/etcd | ", "| db | ", "- flash, lock/redlock vs db: every buyer answered", "- flash, lock/etcd vs db: every buyer answered",
+		"- mixed, lock/redlock vs db: distinct p99 during the sale: lock/redlock ", "- mixed, lock/etcd vs db: distinct p99 during the sale: lock/etcd "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -386,7 +437,7 @@ func TestRunSalesEndToEnd(t *testing.T) {
 		t.Errorf("unexpected report lines")
 	}
 	s := readSummary(t, jsonPath)
-	if len(s.Runs) != 4 || len(s.Comparisons) != 0 || len(s.SaleComparisons) != 2 || s.Config.Flash == nil || s.Config.Flash.Buyers != 200 {
+	if len(s.Runs) != 6 || len(s.Comparisons) != 0 || len(s.SaleComparisons) != 4 || s.Config.Flash == nil || s.Config.Flash.Buyers != 200 {
 		t.Fatalf("json: %d runs, %d comparisons, %d sale comparisons, config %+v", len(s.Runs), len(s.Comparisons), len(s.SaleComparisons), s.Config)
 	}
 	for _, r := range s.Runs {

@@ -25,7 +25,7 @@ func (b *bench) runMixed(ctx context.Context, p runPlan) (*runResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	ins, err := b.startInstances(ctx, p.mode)
+	ins, err := b.startInstances(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func (b *bench) runMixed(ctx context.Context, p runPlan) (*runResult, error) {
 
 // mixedUsers makes the users of a mixed run and seeds their products.
 func (b *bench) mixedUsers(ctx context.Context, p runPlan) (*mixedRun, error) {
-	m := &mixedRun{product: "mixed." + p.mode}
+	m := &mixedRun{product: "mixed." + p.tag()}
 	var err error
 	if m.during, m.products, err = b.users(p, "during"); err != nil {
 		return nil, err

@@ -13,7 +13,8 @@ import (
 )
 
 // writePlot draws latency CDFs into one PNG file at path, one panel per
-// scenario (per client count for distinct, hot and cart) and one line per mode:
+// scenario (per client count for distinct, hot and cart) and one line per
+// mode (lock/redlock, lock/etcd, db):
 // the 201s' latency of the closed loops, the buyers' answer latency of
 // flash, and the closed-loop clients' 201 latency of mixed during the
 // sale and, dashed, without it.
@@ -55,18 +56,19 @@ func scenarioPanel(name string, runs []*runResult) (*plot.Plot, error) {
 	}
 	p := benchkit.NewCDFPanel(name, xLabel, yLabel)
 	for _, r := range runs {
-		col := modeColor(r.mode)
+		label := r.label()
+		col := modeColor(label)
 		var err error
 		switch r.scenario {
 		case scenarioFlash:
-			err = p.Add(r.sale.answerLatencies(), r.mode, col, false)
+			err = p.Add(r.sale.answerLatencies(), label, col, false)
 		case scenarioMixed:
-			err = p.Add(latencies(r.tallies), r.mode+" during the sale", col, false)
+			err = p.Add(latencies(r.tallies), label+" during the sale", col, false)
 			if err == nil && r.alone != nil {
-				err = p.Add(latencies(r.alone.tallies), r.mode+" without the sale", col, true)
+				err = p.Add(latencies(r.alone.tallies), label+" without the sale", col, true)
 			}
 		default:
-			err = p.Add(latencies(r.tallies), r.mode, col, false)
+			err = p.Add(latencies(r.tallies), label, col, false)
 		}
 		if err != nil {
 			return nil, err
@@ -75,9 +77,11 @@ func scenarioPanel(name string, runs []*runResult) (*plot.Plot, error) {
 	return p.Plot(), nil
 }
 
-// modeColor gives each mode its colour in every panel.
-func modeColor(mode string) color.Color {
-	i := max(slices.Index(allModes, mode), 0)
+// modeColor gives each mode label its colour in every panel (lock/redlock
+// and db those that lock and db had before the etcd backend).
+func modeColor(label string) color.Color {
+	labels := []string{modeLabel(modeLock, backendRedlock), modeDB, modeLabel(modeLock, backendEtcd)}
+	i := max(slices.Index(labels, label), 0)
 	return plotutil.DarkColors[i%len(plotutil.DarkColors)]
 }
 

@@ -17,14 +17,17 @@ import (
 // summaryJSON is every figure of a command run, as -json writes it.
 // Durations are in nanoseconds.
 type summaryJSON struct {
-	Provider    string           `json:"provider"`
-	RunID       string           `json:"run_id"`
-	Instances   int              `json:"instances"`
-	RedisNodes  int              `json:"redis_nodes"`
+	Provider   string `json:"provider"`
+	RunID      string `json:"run_id"`
+	Instances  int    `json:"instances"`
+	RedisNodes int    `json:"redis_nodes"`
+	// EtcdMembers is the etcd cluster's size (0: no run locked on etcd).
+	EtcdMembers int              `json:"etcd_members,omitempty"`
 	Config      configJSON       `json:"config"`
 	Runs        []runJSON        `json:"runs"`
 	Comparisons []comparisonJSON `json:"comparisons"`
-	// SaleComparisons compares the modes of flash and mixed.
+	// SaleComparisons compares each lock backend with db in flash and
+	// mixed.
 	SaleComparisons []saleComparisonJSON `json:"sale_comparisons,omitempty"`
 }
 
@@ -45,6 +48,8 @@ type configJSON struct {
 	Fsync             string   `json:"fsync"`
 	Scenarios         []string `json:"scenarios"`
 	Modes             []string `json:"modes"`
+	// Backends are lock mode's backends, each a run of its own.
+	Backends []string `json:"backends"`
 	// Flash is the sale of flash and mixed, when one of them ran.
 	Flash *flashConfigJSON `json:"flash,omitempty"`
 	// Cart is the carts of cart, when it ran.
@@ -67,8 +72,10 @@ type runJSON struct {
 	Scenario string `json:"scenario"`
 	// Name is the scenario as the report names it: with the client count
 	// for distinct, hot and cart ("hot/64").
-	Name           string                `json:"name"`
-	Mode           string                `json:"mode"`
+	Name string `json:"name"`
+	Mode string `json:"mode"`
+	// Backend is lock mode's: redlock or etcd ("" in db mode).
+	Backend        string                `json:"backend,omitempty"`
 	Clients        int                   `json:"clients,omitempty"`
 	WindowNs       int64                 `json:"window_ns"`
 	Requests       int                   `json:"requests"`
@@ -86,13 +93,15 @@ type runJSON struct {
 	Mixed *mixedJSON  `json:"mixed,omitempty"`
 }
 
-// comparisonJSON compares the modes of one closed-loop scenario by orders
-// placed per second. Ratio is the faster mode's rate over the slower
-// one's; it is absent when the slower placed none.
+// comparisonJSON compares lock mode on one backend with db mode in one
+// closed-loop scenario, by orders placed per second. Faster is the faster
+// mode (lock or db); Ratio is its rate over the slower one's, absent when
+// the slower placed none.
 type comparisonJSON struct {
 	Scenario          string   `json:"scenario"`
 	Name              string   `json:"name"`
 	Clients           int      `json:"clients,omitempty"`
+	Backend           string   `json:"backend"`
 	Faster            string   `json:"faster"`
 	Ratio             *float64 `json:"ratio,omitempty"`
 	LockCreatedPerSec float64  `json:"lock_created_per_sec"`
@@ -107,9 +116,12 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 			Clients: cfg.clients[0], ClientCounts: cfg.clients, DurationNs: int64(cfg.duration), WarmupNs: int64(cfg.warmup),
 			LockWaitNs: int64(cfg.lockWait), LockTTLns: int64(lockTTL), ProcessingLeaseNs: int64(processingLease),
 			RequestTimeoutNs: int64(cfg.requestTimeout), PGConns: cfg.poolConns, Fsync: cfg.fsync,
-			Scenarios: cfg.scenarios, Modes: cfg.modes,
+			Scenarios: cfg.scenarios, Modes: cfg.modes, Backends: cfg.backends,
 		},
 		Runs: []runJSON{}, Comparisons: []comparisonJSON{},
+	}
+	if cfg.usesEtcd() {
+		s.EtcdMembers = etcdMembers
 	}
 	if cfg.hasSale() {
 		s.Config.Flash = flashConfigFigures(cfg.flash)
@@ -125,13 +137,14 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 	return s
 }
 
-// compareRates compares the modes of every closed-loop scenario that ran
-// in both, by orders placed per second, in the order of the runs.
+// compareRates compares each lock backend with db in every closed-loop
+// scenario that ran in both, by orders placed per second, in the order of
+// the runs.
 func compareRates(runs []runJSON) []comparisonJSON {
 	out := []comparisonJSON{}
 	for _, pair := range modePairs(runs, isClosedLoop) {
 		lock, db := pair[0], pair[1]
-		c := comparisonJSON{Scenario: lock.Scenario, Name: lock.Name, Clients: lock.Clients, Faster: modeLock,
+		c := comparisonJSON{Scenario: lock.Scenario, Name: lock.Name, Clients: lock.Clients, Backend: lock.Backend, Faster: modeLock,
 			LockCreatedPerSec: lock.CreatedPerSec, DBCreatedPerSec: db.CreatedPerSec}
 		hi, lo := lock.CreatedPerSec, db.CreatedPerSec
 		if db.CreatedPerSec > lock.CreatedPerSec {
@@ -146,26 +159,34 @@ func compareRates(runs []runJSON) []comparisonJSON {
 }
 
 // modePairs returns, for every scenario name that keep accepts and that
-// ran in both modes, its lock run and its db run, in the order the names
-// first ran.
+// ran in db mode, each of its lock runs (one per backend) with its db run,
+// in the order the names first ran, and for each name in the order its
+// lock runs ran.
 func modePairs(runs []runJSON, keep func(scenario string) bool) [][2]runJSON {
 	var names []string
-	byName := map[string]map[string]runJSON{}
+	locks := map[string][]runJSON{}
+	dbs := map[string]runJSON{}
 	for _, r := range runs {
 		if !keep(r.Scenario) {
 			continue
 		}
-		if byName[r.Name] == nil {
-			byName[r.Name] = map[string]runJSON{}
+		if _, seen := locks[r.Name]; !seen {
+			locks[r.Name] = nil
 			names = append(names, r.Name)
 		}
-		byName[r.Name][r.Mode] = r
+		if r.Mode == modeDB {
+			dbs[r.Name] = r
+		} else {
+			locks[r.Name] = append(locks[r.Name], r)
+		}
 	}
 	var out [][2]runJSON
 	for _, n := range names {
-		lock, okL := byName[n][modeLock]
-		db, okD := byName[n][modeDB]
-		if okL && okD {
+		db, ok := dbs[n]
+		if !ok {
+			continue
+		}
+		for _, lock := range locks[n] {
 			out = append(out, [2]runJSON{lock, db})
 		}
 	}
@@ -174,7 +195,7 @@ func modePairs(runs []runJSON, keep func(scenario string) bool) [][2]runJSON {
 
 // runFigures merges a run's tallies and sale.
 func runFigures(r *runResult) runJSON {
-	rj := runJSON{Scenario: r.scenario, Name: r.name(), Mode: r.mode, Clients: r.clients, Other: map[string]int{}, Check: r.check}
+	rj := runJSON{Scenario: r.scenario, Name: r.name(), Mode: r.mode, Backend: r.backend, Clients: r.clients, Other: map[string]int{}, Check: r.check}
 	var during phaseJSON
 	if r.tallies != nil {
 		during = phaseFigures(phase{window: r.window, tallies: r.tallies, peakConns: r.peakConns})
@@ -260,6 +281,11 @@ func report(out io.Writer, s summaryJSON) {
 	fmt.Fprintf(out, "orderbench: POST /orders, %d in-process instances (loopback HTTP; own pgx pool, Redis clients, lock and idempotency store each),\n", s.Instances)
 	fmt.Fprintf(out, "%d Redis masters and Postgres (%s); lock TTL %v, lock wait %v; pgx pool per instance: %s.\n",
 		s.RedisNodes, s.Provider, time.Duration(c.LockTTLns), time.Duration(c.LockWaitNs), pg)
+	fmt.Fprintln(out, "Modes: lock/redlock takes the stock lock on the Redis masters (quorum), lock/etcd on etcd (etcdlock, an etcd client per instance),")
+	fmt.Fprintln(out, "both fenced from the one Postgres reserver; db takes no lock (Postgres arbitrates alone).")
+	if s.EtcdMembers > 0 {
+		fmt.Fprintf(out, "etcd: %d members, which fsync their WAL on every commit (whatever the Redis appendfsync).\n", s.EtcdMembers)
+	}
 	reportLoads(out, s)
 	reportSales(out, s)
 	reportMixed(out, s)
@@ -299,25 +325,26 @@ func reportLoads(out io.Writer, s summaryJSON) {
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---|---|")
 	for _, r := range rows {
 		l := r.Latency201
-		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Name, r.Mode, r.RequestsPerSec, r.CreatedPerSec,
+		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Name, modeLabel(r.Mode, r.Backend), r.RequestsPerSec, r.CreatedPerSec,
 			benchkit.FormatLatency(l.P50ns, l.Count), benchkit.FormatLatency(l.P99ns, l.Count), benchkit.FormatLatency(l.P999ns, l.Count), fmtOther(r.Other), fmtCheck(r.Check))
 	}
 }
 
-// reportComparisons prints which mode placed orders faster, per
-// closed-loop scenario.
+// reportComparisons prints, per closed-loop scenario and lock backend,
+// whether lock mode on that backend or db placed orders faster.
 func reportComparisons(out io.Writer, cmps []comparisonJSON) {
 	for _, cmp := range cmps {
-		slower := modeDB
+		lock := modeLabel(modeLock, cmp.Backend)
+		faster, slower := lock, modeDB
 		if cmp.Faster == modeDB {
-			slower = modeLock
+			faster, slower = modeDB, lock
 		}
+		rates := fmt.Sprintf("(%s %.0f, db %.0f orders/s)", lock, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
 		if cmp.Ratio == nil {
-			fmt.Fprintf(out, "- %s: only %s placed orders (lock %.0f, db %.0f orders/s)\n", cmp.Name, cmp.Faster, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
+			fmt.Fprintf(out, "- %s: only %s placed orders %s\n", cmp.Name, faster, rates)
 			continue
 		}
-		fmt.Fprintf(out, "- %s: %s placed orders %.2fx as fast as %s (lock %.0f, db %.0f orders/s)\n",
-			cmp.Name, cmp.Faster, *cmp.Ratio, slower, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
+		fmt.Fprintf(out, "- %s: %s placed orders %.2fx as fast as %s %s\n", cmp.Name, faster, *cmp.Ratio, slower, rates)
 	}
 }
 
@@ -326,10 +353,10 @@ func reportComparisons(out io.Writer, cmps []comparisonJSON) {
 func reportProblems(out io.Writer, runs []runJSON) {
 	for _, r := range runs {
 		if r.FirstError != "" {
-			fmt.Fprintf(out, "\n%s/%s: first transport error: %s\n", r.Name, r.Mode, r.FirstError)
+			fmt.Fprintf(out, "\n%s/%s: first transport error: %s\n", r.Name, modeLabel(r.Mode, r.Backend), r.FirstError)
 		}
 		for _, p := range runProblems(r) {
-			fmt.Fprintf(out, "\n%s/%s: CHECK FAILED: %s\n", r.Name, r.Mode, p)
+			fmt.Fprintf(out, "\n%s/%s: CHECK FAILED: %s\n", r.Name, modeLabel(r.Mode, r.Backend), p)
 		}
 	}
 }
@@ -352,7 +379,7 @@ func checkFailures(s summaryJSON) error {
 	var errs []error
 	for _, r := range s.Runs {
 		for _, p := range runProblems(r) {
-			errs = append(errs, fmt.Errorf("%s/%s: database check failed: %s", r.Name, r.Mode, p))
+			errs = append(errs, fmt.Errorf("%s/%s: database check failed: %s", r.Name, modeLabel(r.Mode, r.Backend), p))
 		}
 	}
 	return errors.Join(errs...)

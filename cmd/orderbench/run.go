@@ -73,7 +73,7 @@ func (b *bench) runLoad(ctx context.Context, p runPlan) (*runResult, error) {
 	if err := b.seed(ctx, products, seedStock); err != nil {
 		return nil, err
 	}
-	ins, err := b.startInstances(ctx, p.mode)
+	ins, err := b.startInstances(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (b *bench) stopInstances(ctx context.Context, ins []*instance) error {
 // User ids are unique to the run and phase, so the check finds their
 // orders by them.
 func (b *bench) users(p runPlan, phase string) ([]user, []string, error) {
-	prefix := fmt.Sprintf("ob.%s.%s-%d.%s", b.runID, p.scenario, p.clients, p.mode)
+	prefix := fmt.Sprintf("ob.%s.%s-%d.%s", b.runID, p.scenario, p.clients, p.tag())
 	if phase != "" {
 		prefix += "." + phase
 	}

@@ -69,10 +69,11 @@ type mixedJSON struct {
 	P99Ratio *float64  `json:"p99_ratio,omitempty"`
 }
 
-// saleComparisonJSON compares the modes of a scenario with a flash sale.
-// The ratios are absent when a figure is 0.
+// saleComparisonJSON compares lock mode on one backend with db mode in a
+// scenario with a flash sale. The ratios are absent when a figure is 0.
 type saleComparisonJSON struct {
 	Scenario string `json:"scenario"`
+	Backend  string `json:"backend"`
 	// AllAnsweredRatio is db's time to the last final answer over lock's:
 	// above 1, lock answered every buyer sooner.
 	LockAllAnsweredNs int64    `json:"lock_all_answered_after_ns"`
@@ -146,14 +147,14 @@ func mixedFigures(during, without phaseJSON) *mixedJSON {
 	return m
 }
 
-// compareSales compares the modes of every scenario with a sale that ran
-// in both.
+// compareSales compares each lock backend with db in every scenario with a
+// sale that ran in both.
 func compareSales(runs []runJSON) []saleComparisonJSON {
 	var out []saleComparisonJSON
 	hasSale := func(sc string) bool { return sc == scenarioFlash || sc == scenarioMixed }
 	for _, pair := range modePairs(runs, hasSale) {
 		lock, db := pair[0], pair[1]
-		c := saleComparisonJSON{Scenario: lock.Name,
+		c := saleComparisonJSON{Scenario: lock.Name, Backend: lock.Backend,
 			LockAllAnsweredNs: lock.Sale.AllAnsweredAfterNs, DBAllAnsweredNs: db.Sale.AllAnsweredAfterNs,
 			LockSoldOutNs: lock.Sale.SoldOutAfterNs, DBSoldOutNs: db.Sale.SoldOutAfterNs,
 			LockNoFinalAnswer: lock.Sale.NoFinalAnswer, DBNoFinalAnswer: db.Sale.NoFinalAnswer}
@@ -202,7 +203,7 @@ func reportSales(out io.Writer, s summaryJSON) {
 		sj := r.Sale
 		l := sj.AnswerLatency
 		fmt.Fprintf(out, "| %s | %s | %d | %d | %s | %s | %s | %s | %d | %d | %s | %d | %d | %s | %d | %s |\n",
-			r.Name, r.Mode, sj.Units, sj.Buyers, fmtSoldOut(sj), fmtAllAnswered(sj),
+			r.Name, modeLabel(r.Mode, r.Backend), sj.Units, sj.Buyers, fmtSoldOut(sj), fmtAllAnswered(sj),
 			benchkit.FormatLatency(l.P50ns, l.Count), benchkit.FormatLatency(l.P99ns, l.Count),
 			sj.Created, sj.OutOfStock, fmtNoFinal(sj), sj.Retries, sj.Seen503, fmtConns(sj.PeakDBConns), sj.Oversold, fmtCheck(sj.Check))
 	}
@@ -230,40 +231,41 @@ func reportMixed(out io.Writer, s summaryJSON) {
 	for _, r := range rows {
 		m := r.Mixed
 		w, d := m.Without.Latency201, m.During.Latency201
-		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", r.Mode,
+		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", modeLabel(r.Mode, r.Backend),
 			benchkit.FormatLatency(m.During.WindowNs, 1), m.Without.CreatedPerSec, m.During.CreatedPerSec,
 			benchkit.FormatLatency(w.P99ns, w.Count), benchkit.FormatLatency(d.P99ns, d.Count), fmtRatio(m.P99Ratio),
 			fmtConns(m.Without.PeakDBConns), fmtConns(m.During.PeakDBConns), fmtOther(m.During.Other), fmtCheck(r.Check))
 	}
 }
 
-// reportSaleComparisons prints how the modes compare in each scenario
-// with a sale.
+// reportSaleComparisons prints how each lock backend compares with db in
+// each scenario with a sale.
 func reportSaleComparisons(out io.Writer, cmps []saleComparisonJSON) {
 	for _, c := range cmps {
+		lock := modeLabel(modeLock, c.Backend)
 		parts := []string{}
 		if c.DuringP99Ratio != nil {
-			parts = append(parts, fmt.Sprintf("distinct p99 during the sale: lock %.2fx db's (lock %s, db %s)", *c.DuringP99Ratio,
-				benchkit.FormatLatency(c.LockDuringP99Ns, 1), benchkit.FormatLatency(c.DBDuringP99Ns, 1)))
+			parts = append(parts, fmt.Sprintf("distinct p99 during the sale: %s %.2fx db's (%s %s, db %s)", lock, *c.DuringP99Ratio,
+				lock, benchkit.FormatLatency(c.LockDuringP99Ns, 1), benchkit.FormatLatency(c.DBDuringP99Ns, 1)))
 		}
-		parts = append(parts, sooner("every buyer answered", c.AllAnsweredRatio, c.LockAllAnsweredNs, c.DBAllAnsweredNs),
-			sooner("sold out", c.SoldOutRatio, c.LockSoldOutNs, c.DBSoldOutNs))
+		parts = append(parts, sooner("every buyer answered", lock, c.AllAnsweredRatio, c.LockAllAnsweredNs, c.DBAllAnsweredNs),
+			sooner("sold out", lock, c.SoldOutRatio, c.LockSoldOutNs, c.DBSoldOutNs))
 		if c.LockNoFinalAnswer > 0 || c.DBNoFinalAnswer > 0 {
-			parts = append(parts, fmt.Sprintf("buyers without a final answer: lock %d, db %d", c.LockNoFinalAnswer, c.DBNoFinalAnswer))
+			parts = append(parts, fmt.Sprintf("buyers without a final answer: %s %d, db %d", lock, c.LockNoFinalAnswer, c.DBNoFinalAnswer))
 		}
-		fmt.Fprintf(out, "- %s: %s\n", c.Scenario, strings.Join(parts, "; "))
+		fmt.Fprintf(out, "- %s, %s vs db: %s\n", c.Scenario, lock, strings.Join(parts, "; "))
 	}
 }
 
-// sooner says which mode got to what first, by what ratio (db's time over
-// lock's), and both times.
-func sooner(what string, ratio *float64, lockNs, dbNs int64) string {
-	times := fmt.Sprintf("(lock %s, db %s)", fmtAfter(lockNs), fmtAfter(dbNs))
+// sooner says which of lock (lock mode's label) and db got to what first,
+// by what ratio (db's time over lock's), and both times.
+func sooner(what, lock string, ratio *float64, lockNs, dbNs int64) string {
+	times := fmt.Sprintf("(%s %s, db %s)", lock, fmtAfter(lockNs), fmtAfter(dbNs))
 	switch {
 	case ratio == nil:
 		return what + ": " + times
 	case *ratio >= 1:
-		return fmt.Sprintf("%s %.2fx sooner with lock %s", what, *ratio, times)
+		return fmt.Sprintf("%s %.2fx sooner with %s %s", what, *ratio, lock, times)
 	}
 	return fmt.Sprintf("%s %.2fx sooner with db %s", what, 1 / *ratio, times)
 }
