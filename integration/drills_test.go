@@ -101,6 +101,8 @@ func TestDrills(t *testing.T) {
 		{"KillAfterCommit", drillKillAfterCommit},
 		{"RecordExpired", drillRecordExpired},
 		{"CrashPoints", drillCrashPoints},
+		{"BatchKilled", drillBatchKilled},
+		{"BatchStopped", drillBatchStopped},
 	}
 	for _, dr := range parallel {
 		t.Run(dr.name, func(t *testing.T) {

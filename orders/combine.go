@@ -97,6 +97,7 @@ func (c *combiner) join(ctx context.Context, product string, req store.OrderRequ
 		return c.s.unplaced(placeLog{result: "shed"}, "too many requests wait for this product; retry")
 	}
 	q.waiting = append(q.waiting, t)
+	c.s.metrics.waiting(1)
 	lead := !q.leading
 	q.leading = true
 	c.mu.Unlock()
@@ -146,6 +147,7 @@ func (c *combiner) leave(q *queue, t *ticket) bool {
 	for i, w := range q.waiting {
 		if w == t {
 			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+			c.s.metrics.waiting(-1)
 			return true
 		}
 	}
@@ -193,6 +195,7 @@ func (c *combiner) take(q *queue) (batch, dropped []*ticket) {
 		batch = append(batch, t)
 	}
 	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
+	c.s.metrics.waiting(-n)
 	return batch, dropped
 }
 

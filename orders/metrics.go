@@ -19,6 +19,7 @@ type Metrics struct {
 	repairs   prometheus.Counter
 	requests  *prometheus.HistogramVec
 	batches   prometheus.Histogram
+	queued    prometheus.Gauge
 }
 
 // placeOutcomes are the labels of orders_place_total.
@@ -54,8 +55,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Orders placed per transaction (or answered per sold-out write) by the per-product queues.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orders_queued_requests",
+			Help: "Requests waiting in this instance's queues (per product, and the carts'), not yet taken into a batch.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.places, m.fallbacks, m.repairs, m.requests, m.batches} {
+	for _, c := range []prometheus.Collector{m.claims, m.places, m.fallbacks, m.repairs, m.requests, m.batches, m.queued} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -117,4 +122,11 @@ func itoa(n int) string {
 		return string(b[:])
 	}
 	return "other"
+}
+
+// waiting moves orders_queued_requests by d.
+func (m *Metrics) waiting(d int) {
+	if m != nil {
+		m.queued.Add(float64(d))
+	}
 }

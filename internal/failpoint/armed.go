@@ -17,7 +17,8 @@ const Enabled = true
 // point is one armed failpoint.
 type point struct {
 	action Action
-	fired  atomic.Bool // the first Hit acts; the others pass
+	at     int64        // the Hit that acts (1: the first)
+	hits   atomic.Int64 // Hits so far; only the at-th acts
 }
 
 // FromEnv returns the failpoints armed by QUORUMLOCK_FAILPOINTS, read once
@@ -40,7 +41,7 @@ func (s *Set) Hit(n Name) {
 		return
 	}
 	p := s.points[n]
-	if p == nil || !p.fired.CompareAndSwap(false, true) {
+	if p == nil || p.hits.Add(1) != p.at {
 		return
 	}
 	_, _ = os.Stderr.Write([]byte("failpoint " + string(n) + " reached\n"))

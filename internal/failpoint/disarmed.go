@@ -15,6 +15,7 @@ const Enabled = false
 // it.
 type point struct {
 	action Action
+	at     int64
 }
 
 // FromEnv returns a Set with nothing armed: this build cannot arm

@@ -20,7 +20,9 @@
 // Before it acts, Hit writes the line "failpoint <name> reached" to
 // standard error in a single unbuffered write, so a drill can wait for it.
 // Each armed point acts on its first Hit only; later Hits of it pass, so a
-// process continued after a stop runs on.
+// process continued after a stop runs on. An action written action@n acts
+// on the nth Hit instead ("after-decrement=kill@2": the second batch's
+// transaction), the earlier ones passing.
 //
 // # Production builds cannot arm them
 //
@@ -40,6 +42,7 @@ package failpoint
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -136,6 +139,9 @@ func (s *Set) String() string {
 				b.WriteByte(',')
 			}
 			b.WriteString(string(n) + "=" + string(p.action))
+			if p.at > 1 {
+				b.WriteString("@" + strconv.FormatInt(p.at, 10))
+			}
 		}
 	}
 	return b.String()
@@ -150,7 +156,14 @@ func parse(spec string) (map[Name]*point, error) {
 	points := map[Name]*point{}
 	for _, item := range strings.Split(spec, ",") {
 		name, action, ok := strings.Cut(strings.TrimSpace(item), "=")
-		n, a := Name(strings.TrimSpace(name)), Action(strings.TrimSpace(action))
+		action, nth, hasNth := strings.Cut(action, "@")
+		n, a, at := Name(strings.TrimSpace(name)), Action(strings.TrimSpace(action)), 1
+		if hasNth {
+			var err error
+			if at, err = strconv.Atoi(strings.TrimSpace(nth)); err != nil || at < 1 || at > 1000 {
+				return nil, fmt.Errorf("%w: %s: failpoint %s: @%q: want a hit number from 1 to 1000", ErrInvalid, EnvVar, n, nth)
+			}
+		}
 		switch {
 		case !ok || n == "" || a == "":
 			return nil, fmt.Errorf("%w: %s entry %q: want name=action", ErrInvalid, EnvVar, strings.TrimSpace(item))
@@ -161,7 +174,7 @@ func parse(spec string) (map[Name]*point, error) {
 		case points[n] != nil:
 			return nil, fmt.Errorf("%w: %s names failpoint %s twice", ErrInvalid, EnvVar, n)
 		}
-		points[n] = &point{action: a}
+		points[n] = &point{action: a, at: int64(at)}
 	}
 	return points, nil
 }

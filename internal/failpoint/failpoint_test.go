@@ -13,6 +13,8 @@ func TestParse(t *testing.T) {
 		"after-lock=kill": "after-lock=kill",
 		" after-commit = stop , after-lock=kill ": "after-lock=kill,after-commit=stop",
 		"after-settle=kill,after-claim=stop":      "after-claim=stop,after-settle=kill",
+		"after-decrement=kill@2":                  "after-decrement=kill@2",
+		"after-decrement=stop@1":                  "after-decrement=stop",
 	}
 	for spec, want := range good {
 		points, err := parse(spec)
@@ -33,6 +35,9 @@ func TestParse(t *testing.T) {
 		"after-lock=explode":                 `unknown action "explode"`,
 		"after-lock=KILL":                    `unknown action "KILL"`,
 		"after-lock=kill,after-lock=stop":    "twice",
+		"after-lock=kill@0":                  "hit number",
+		"after-lock=kill@x":                  "hit number",
+		"after-lock=kill@1001":               "hit number",
 	}
 	for spec, mention := range bad {
 		_, err := parse(spec)

@@ -149,6 +149,25 @@ func TestKill(t *testing.T) {
 	}
 }
 
+// kill@2 passes the first Hit and kills on the second.
+func TestKillOnTheSecondHit(t *testing.T) {
+	c := startChild(t, "after-lock=kill@2")
+	out := c.rest(t)
+	sig, killed := c.signaled()
+	if !Enabled {
+		if killed || c.state.ExitCode() != 0 {
+			t.Fatalf("production build: %v, stderr %q", c.state, out)
+		}
+		return
+	}
+	if !killed || sig != syscall.SIGKILL {
+		t.Fatalf("want death by SIGKILL, got %v", c.state)
+	}
+	if want := []string{"passed after-lock", reached}; strings.Join(out, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("stderr %q, want %q", out, want)
+	}
+}
+
 func TestStop(t *testing.T) {
 	c := startChild(t, "after-lock=stop")
 	if !Enabled {
