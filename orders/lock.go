@@ -78,14 +78,16 @@ type quorumLocker struct{ l *quorum.Locker }
 func (q quorumLocker) Lock(ctx context.Context, keys ...string) (Lease, error) {
 	lease, err := q.l.LockMulti(ctx, keys...)
 	if err != nil {
-		return nil, lockError(err)
+		return nil, LockError(err)
 	}
 	return quorumLease{lease}, nil
 }
 
-// lockError maps an acquisition error matching quorum's sentinels (both
-// backends return them) to the orders sentinels.
-func lockError(err error) error {
+// LockError maps an acquisition error matching quorum's sentinels (both
+// backends return them) to the orders sentinels, for lock adapters:
+// quorum.ErrNotAcquired to ErrLockBusy, quorum.ErrQuorumUnavailable and
+// quorum.ErrClosed to ErrLockUnavailable; others pass as they are.
+func LockError(err error) error {
 	switch {
 	case errors.Is(err, quorum.ErrNotAcquired):
 		return fmt.Errorf("%w: %w", ErrLockBusy, err)
@@ -95,8 +97,10 @@ func lockError(err error) error {
 	return err
 }
 
-// unlockError maps a release error to the orders sentinels.
-func unlockError(err error) error {
+// UnlockError maps a release error to the orders sentinels, for lock
+// adapters: quorum.ErrLeaseLost to ErrLockLost, quorum.ErrUnlockUnconfirmed
+// to ErrUnlockUnconfirmed.
+func UnlockError(err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -112,7 +116,7 @@ type quorumLease struct{ l *quorum.Lease }
 
 func (q quorumLease) FenceOf(key string) int64 { return q.l.FenceOf(key) }
 
-func (q quorumLease) Unlock(ctx context.Context) error { return unlockError(q.l.Unlock(ctx)) }
+func (q quorumLease) Unlock(ctx context.Context) error { return UnlockError(q.l.Unlock(ctx)) }
 
 func (q quorumLease) Detail() LeaseDetail {
 	return LeaseDetail{Key: strings.Join(q.l.Keys(), ","), TokenDigest: q.l.TokenDigest(), Fence: q.l.Fence(), Until: q.l.Until()}

@@ -8,7 +8,8 @@
 # but redis-server and PostgreSQL (scripts/deps.sh demo, run while the Go
 # build goes on), and quorumbed is built without the docker provider
 # (-tags nodocker), which spares a first run the build of the Docker client
-# and testcontainers-go. Building images is left to what needs them: the
+# and testcontainers-go; ordersd is built without its etcd backend (-tags
+# noetcd), which spares it etcd's client and gRPC. Building images is left to what needs them: the
 # docker provider's tests (make test) and the compose stack (make up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,11 +39,14 @@ if [ "$provider" = local ]; then
 	deps_pid=$!
 fi
 
-tags=()
-[ "$provider" = local ] && tags=(-tags nodocker)
+# One build for the four, so the compiler shares every package and both
+# cores. noetcd leaves the etcd backend out of ordersd (the demo's lock is
+# on Redis), sparing etcd's client and gRPC; nodocker leaves the docker
+# provider out of quorumbed on local processes.
+tags=noetcd
+[ "$provider" = local ] && tags=noetcd,nodocker
 echo "demo: building ordersd, quorumctl, shipper and quorumbed (provider: $provider)"
-"$GO" build -o bin/ ./cmd/ordersd ./cmd/quorumctl ./cmd/shipper
-"$GO" build "${tags[@]}" -o bin/quorumbed ./cmd/quorumbed
+"$GO" build -tags "$tags" -o bin/ ./cmd/ordersd ./cmd/quorumctl ./cmd/shipper ./cmd/quorumbed
 
 if [ -n "$deps_pid" ]; then
 	if ! wait "$deps_pid"; then

@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/integration/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/etcdbackend"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -133,7 +134,7 @@ func (b *bench) openLock(in *instance, backend string, fences quorum.Fencer) (or
 			return nil, err
 		}
 		in.locker = l
-		return orders.EtcdLocker(l), nil
+		return etcdbackend.Locker(l), nil
 	}
 	l, err := quorum.New(in.clients, quorum.WithTTL(lockTTL), quorum.WithMaxWait(b.cfg.lockWait), quorum.WithFencer(fences))
 	if err != nil {

@@ -9,10 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/quorumlock/quorumlock/etcdlock"
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
@@ -31,9 +28,9 @@ type deps struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	pool     *pgxpool.Pool
-	clients  []redis.UniversalClient // the Redis masters: the lock's nodes and the idempotency records
-	lock     orders.Locker           // nil with ORDERS_LOCK=off
-	etcd     *clientv3.Client        // the etcd backend's client, else nil
+	clients  []redis.UniversalClient     // the Redis masters: the lock's nodes and the idempotency records
+	lock     orders.Locker               // nil with ORDERS_LOCK=off
+	etcdUp   func(context.Context) error // the etcd backend's readiness probe, else nil
 	store    *store.Store
 	payments *payment.Service
 	verifier *auth.Verifier
@@ -171,30 +168,6 @@ func (d *deps) openLock(cfg config, closers *cleanups) error {
 	}
 	closers.add(func() { _ = locker.Close() })
 	d.lock = orders.QuorumLocker(locker)
-	return nil
-}
-
-// openEtcdLock opens the etcd backend: a client of ORDERS_ETCD_ENDPOINTS
-// and a Locker on it.
-func (d *deps) openEtcdLock(cfg config, fences quorum.Fencer, obs quorum.Observer, closers *cleanups) error {
-	// Keep-alive pings drop a frozen member's connection within 4s.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.etcdEndpoints, DialTimeout: 2 * time.Second,
-		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("etcd: %w", err)
-	}
-	closers.add(func() { _ = cli.Close() })
-	opts := []etcdlock.Option{etcdlock.WithTTL(cfg.lockTTL), etcdlock.WithMaxWait(cfg.lockWait),
-		etcdlock.WithFencer(fences), etcdlock.WithObserver(obs)}
-	if cfg.nodeTimeout > 0 {
-		opts = append(opts, etcdlock.WithNodeTimeout(cfg.nodeTimeout))
-	}
-	locker, err := etcdlock.New(cli, opts...)
-	if err != nil {
-		return fmt.Errorf("lock: %w", err)
-	}
-	closers.add(func() { _ = locker.Close() })
-	d.lock, d.etcd = orders.EtcdLocker(locker), cli
 	return nil
 }
 

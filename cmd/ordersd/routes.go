@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quorumlock/quorumlock/orders"
 )
@@ -36,7 +35,7 @@ func routes(d *deps, cfg config) http.Handler {
 // and user names); the log has the details.
 func readyz(d *deps, cfg config) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		h := readiness(r.Context(), d.pool, d.clients, d.etcd)
+		h := readiness(r.Context(), d.pool, d.clients, d.etcdUp)
 		status, body := h.verdict(cfg.useLock, cfg.fallback)
 		switch {
 		case status != http.StatusOK:
@@ -63,15 +62,15 @@ type health struct {
 
 // readiness pings Postgres, every Redis master and, for the etcd backend,
 // the etcd cluster (a read that needs a leader), within 2s in all.
-func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient, etcd *clientv3.Client) health {
+func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient, etcdUp func(context.Context) error) health {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	h := health{masters: len(clients), etcd: etcd != nil}
+	h := health{masters: len(clients), etcd: etcdUp != nil}
 	if err := pool.Ping(ctx); err != nil {
 		h.pgErr = fmt.Errorf("postgres: %w", err)
 	}
-	if etcd != nil {
-		if _, err := etcd.Get(clientv3.WithRequireLeader(ctx), "quorumlock/readyz", clientv3.WithCountOnly()); err != nil {
+	if etcdUp != nil {
+		if err := etcdUp(ctx); err != nil {
 			h.etcdErr = fmt.Errorf("etcd: %w", err)
 		}
 	}
