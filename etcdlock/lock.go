@@ -71,7 +71,7 @@ func (l *Locker) take(ctx context.Context, keys []string, name string, wait, ret
 	le := &Lease{l: l, s: s, name: name, keys: keys, start: time.Now(), lost: make(chan struct{})}
 	for _, k := range keys {
 		m, err := l.acquire(wctx, s, k, wait)
-		if err != nil && isLeaseGone(err) && !retried {
+		if err != nil && (isLeaseGone(err) || errors.Is(err, concurrency.ErrSessionExpired)) && !retried {
 			l.abandon(le)
 			s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", quorum.ErrLeaseLost, err), quorum.LostExtendFailed)
 			cancel()
@@ -91,6 +91,14 @@ func (l *Locker) take(ctx context.Context, keys []string, name string, wait, ret
 	if err := s.hold(le); err != nil {
 		l.abandon(le)
 		return nil, l.lockError(ctx, name, err)
+	}
+	if left := time.Until(le.Until()); left < l.cfg.margin {
+		// The session's keep-alive is stalled: a lease this close to its
+		// end would be lost before its holder could use it.
+		le.s.drop(le)
+		le.end(fmt.Errorf("etcdlock: %q: %w", name, quorum.ErrReleased))
+		l.abandon(le)
+		return nil, fmt.Errorf("etcdlock: lock %q: %w: the session has %v of validity left, under the safety margin %v", name, quorum.ErrQuorumUnavailable, left.Round(time.Millisecond), l.cfg.margin)
 	}
 	return le, nil
 }

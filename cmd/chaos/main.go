@@ -1,16 +1,18 @@
 // Command chaos runs the Kleppmann workload under every nemesis on a fresh
-// test bed, each scenario with the fence and without it (the negative
-// control), and writes the safety table (docs/SAFETY.md).
+// test bed, on both locks (quorum's Redlock on 5 Redis masters, etcdlock on
+// a 3-member etcd cluster), each scenario with the fence and without it
+// (the negative control), and writes the safety table (docs/SAFETY.md).
 //
 //	go run ./cmd/chaos                         # every scenario, table to stdout
 //	go run ./cmd/chaos -out docs/SAFETY.md     # what `make chaos` runs
-//	go run ./cmd/chaos -only client-pause      # one row
+//	go run ./cmd/chaos -only client-pause      # one scenario, on both locks
+//	go run ./cmd/chaos -lock etcdlock          # every scenario, on etcdlock only
 //	go run ./cmd/chaos -short                  # the scenarios of the short suite
 //
 // It exits 1 when a verdict fails: a fenced run that lost an update,
 // accepted a stale fence or was not linearizable, a negative control that
 // caught nothing, or a double grant the restart guard should have stopped.
-// The run is bounded by -timeout (10 minutes by default).
+// The run is bounded by -timeout (20 minutes by default).
 package main
 
 import (
@@ -43,6 +45,7 @@ func main() {
 
 type options struct {
 	only    map[string]bool
+	locks   map[string]bool
 	short   bool
 	seed    uint64
 	out     string
@@ -56,15 +59,17 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	only := fs.String("only", "", "comma-separated scenario names (default: all)")
+	lock := fs.String("lock", "both", "the lock to run on: "+strings.Join(chaos.Locks, ", ")+" or both")
 	var o options
 	fs.BoolVar(&o.short, "short", false, "only the scenarios of the short suite (make test)")
 	fs.Uint64Var(&o.seed, "seed", 20261201, "seed of every nemesis")
 	fs.StringVar(&o.out, "out", "", "write the Markdown table to this file (default: stdout)")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
+	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.IntVar(&o.workers, "workers", 4, "worker processes per run")
 	fs.StringVar(&o.history, "history", "", "write each run's history (JSON lines) into this directory")
 	fs.DurationVar(&o.minRun, "min-run", 8*time.Second, "keep each run's workload going at least this long")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -72,6 +77,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.timeout <= 0 || o.workers < 2 || o.workers > 16 {
 		return o, fmt.Errorf("bad -timeout %v or -workers %d (want > 0 and 2..16)", o.timeout, o.workers)
+	}
+	if o.locks, err = parseLock(*lock); err != nil {
+		return o, err
 	}
 	known := map[string]bool{}
 	for _, sc := range chaos.Scenarios() {
@@ -90,14 +98,41 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
+// parseLock reads -lock: one lock, or both.
+func parseLock(s string) (map[string]bool, error) {
+	locks := map[string]bool{}
+	for _, l := range chaos.Locks {
+		if s == "both" || s == l {
+			locks[l] = true
+		}
+	}
+	if len(locks) == 0 {
+		return nil, fmt.Errorf("unknown -lock %q: want %s or both", s, strings.Join(chaos.Locks, ", "))
+	}
+	return locks, nil
+}
+
+// selected lists the scenarios to show: those -only names on the locks
+// -lock names (the short suite's with -short, and, without -short, the
+// rows that do not apply, which show why).
 func (o options) selected() []chaos.Scenario {
 	var out []chaos.Scenario
 	for _, sc := range chaos.Scenarios() {
-		if (o.only == nil || o.only[sc.Name]) && (!o.short || sc.Short) {
+		if (o.only == nil || o.only[sc.Name]) && o.locks[sc.Lock] && (!o.short || sc.Short) {
 			out = append(out, sc)
 		}
 	}
 	return out
+}
+
+// bedOptions is the bed the selected scenarios need: etcd only for
+// etcdlock's.
+func (o options) bedOptions() testbed.Options {
+	opts := testbed.Options{Redis: 5, Postgres: true, AppendFsync: testbed.FsyncEverySec, Clock: true}
+	if o.locks[chaos.LockEtcd] {
+		opts.Etcd = 3
+	}
+	return opts
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -114,7 +149,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	start := time.Now()
-	bed, err := testbed.New(ctx, testbed.Options{Redis: 5, Postgres: true, AppendFsync: testbed.FsyncEverySec, Clock: true})
+	bed, err := testbed.New(ctx, o.bedOptions())
 	if err != nil {
 		return err
 	}
@@ -134,7 +169,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if v := chaos.Verdict(p); len(v) > 0 {
-			failed = append(failed, sc.Name+": "+strings.Join(v, "; "))
+			failed = append(failed, sc.ID()+": "+strings.Join(v, "; "))
 		}
 		pairs = append(pairs, p)
 	}
@@ -156,18 +191,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// runPair runs sc with the fence and without it, on the same seed.
+// runPair runs sc with the fence and without it, on the same seed; a
+// scenario that does not apply to its lock is not run.
 func runPair(ctx context.Context, env *chaos.Env, o options, sc chaos.Scenario, logf func(string, ...any)) (chaos.Pair, error) {
 	p := chaos.Pair{Scenario: sc}
+	if sc.NA != "" {
+		logf("%-36s n/a: %s", sc.ID(), sc.NA)
+		return p, nil
+	}
 	for _, fenced := range []bool{true, false} {
 		res, err := env.Run(ctx, sc, fenced, o.seed)
 		if err != nil {
-			return p, fmt.Errorf("%s (fenced=%v): %w", sc.Name, fenced, err)
+			return p, fmt.Errorf("%s (fenced=%v): %w", sc.ID(), fenced, err)
 		}
-		logf("%-26s fenced=%-5v %3d faults %5d leases %5d accepted %3d rejected %3d refused  lost %3d  torn %3d  stale %3d  double grants %2d  linearizable %s  (%v)",
-			sc.Name, fenced, res.Injected, res.Locks, res.Accepted, res.Rejected, res.Refused, res.Lost, res.Torn, res.StaleAccepted, res.Overlaps, res.Linearizable, res.Elapsed.Round(time.Second))
+		logf("%-36s fenced=%-5v %3d faults %5d leases %5d accepted %3d rejected %3d refused  lost %3d  torn %3d  stale %3d  double grants %2d  linearizable %s  (%v)",
+			sc.ID(), fenced, res.Injected, res.Locks, res.Accepted, res.Rejected, res.Refused, res.Lost, res.Torn, res.StaleAccepted, res.Overlaps, res.Linearizable, res.Elapsed.Round(time.Second))
 		if o.history != "" {
-			if err := writeHistory(o.history, sc.Name, fenced, res.History); err != nil {
+			if err := writeHistory(o.history, sc.ID(), fenced, res.History); err != nil {
 				return p, err
 			}
 		}
@@ -185,7 +225,7 @@ func writeHistory(dir, scenario string, fenced bool, events []chaos.Event) error
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	name := fmt.Sprintf("%s.fenced=%v.jsonl", strings.NewReplacer("/", "_", "=", "-").Replace(scenario), fenced)
+	name := fmt.Sprintf("%s.fenced=%v.jsonl", strings.NewReplacer("/", "_", "=", "-", "@", ".").Replace(scenario), fenced)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	for _, e := range events {
@@ -236,19 +276,35 @@ func header(o options, provider string, took time.Duration) string {
 	b.WriteString("Written by `make chaos` (`go run ./cmd/chaos -out docs/SAFETY.md`); every figure below is from that run.\n\n")
 	fmt.Fprintf(&b, "Run: commit %s, %s provider, seed %d, %d worker processes per run, %d CPUs, %s, %v in all.\n\n",
 		commit, provider, o.seed, o.workers, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
-	b.WriteString(`The workload (the Kleppmann case): worker processes lock ` + "`stock:42`" + `, read ` + "`available`" + ` outside any
+	b.WriteString(workload + definitions)
+	return b.String()
+}
+
+const workload = `The workload (the Kleppmann case): worker processes lock ` + "`stock:42`" + `, read ` + "`available`" + ` outside any
 transaction, hold the lease (briefly, or past the TTL where the scenario says so), write ` + "`available - 1`" + ` and
 unlock. Each scenario runs twice on the same seed: with the fence (the read is ` + "`fencing.Table.Claim`" + `, the
-write a claimed update) and without it (plain SELECT and UPDATE: the negative control).
+write a claimed update) and without it (plain SELECT and UPDATE: the negative control). Every scenario runs on
+both locks, each worker process building its own locker:
 
-- **violations**: lost updates (accepted decrements that the final stock does not show) plus accepted writes
+- **quorum**: the Redlock of package quorum on 5 Redis masters; its fences come from the Postgres issuer
+  (` + "`quorum.WithFencer`" + `). TTL 1.5s (4s in the staged restart and clock rows).
+- **etcdlock**: package etcdlock on a 3-member etcd cluster (etcd's concurrency recipe on one session per
+  locker); its fence is ` + "`Lease.Fence`" + `, the etcd revision at which the lease became the owner, with no second
+  system. TTL 4s in every row (etcdlock's sessions do not survive 2s or 3s: see integration/chaos's etcdTTL).
+  Node faults hit one member at a time, the leader and a follower in turn, for up to one TTL; the restart rows
+  that etcd has no counterpart for say why.
+
+`
+
+const definitions = `- **violations**: lost updates (accepted decrements that the final stock does not show) plus accepted writes
   whose fence was not above the previous accepted write's, plus a non-linearizable fenced-register history
-  (porcupine). With fencing this must be 0 in every row.
+  (porcupine). With fencing this must be 0 in every row, on both locks.
 - **stale writes rejected**: late writes the row refused (` + "`ErrStaleFence`" + `).
 - **double grants**: pairs of leases on the key that overlapped in time (from the acquire's return to the
-  unlock or the validity end): the lock itself failed. The fence does not prevent them; it prevents their damage.
+  unlock, or to the validity end as the holder last saw it, if earlier: an etcd session's keep-alive moves it
+  on): the lock itself failed. The fence does not prevent them; it prevents their damage.
 - Staged rows wait for the event that makes the late write happen, so their unfenced run must lose updates;
-  a row that fails a verdict says so in its last column.
+  a row that fails a verdict says so in its verdict.
 - The **carts** row runs another workload: each round takes one lease on 2 or 3 of 4 product keys
   (` + "`LockMulti`" + `, the keys named in a random order), reads every row (a claim with that key's fence,
   ` + "`Lease.FenceOf`" + `), holds, then writes every row in one transaction (available := read - units, if
@@ -261,8 +317,6 @@ write a claimed update) and without it (plain SELECT and UPDATE: the negative co
   tear a cart.
 - The counts of leases and writes move from run to run with the machine's timing; what a rerun reproduces is
   what the verdicts assert: 0 violations with fencing, rejections and unfenced losses in the staged rows, double
-  grants where the guard is off or the clock jumps, and none where the guard is on.
-
-`)
-	return b.String()
-}
+  grants where quorum's restart guard is off, where a Redis node's wall clock jumps, and where the etcd leader's
+  wall and monotonic clocks both jump, and none elsewhere.
+`

@@ -2,8 +2,11 @@ package main
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/quorumlock/quorumlock/integration/chaos"
 )
 
 func TestParse(t *testing.T) {
@@ -11,15 +14,29 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.selected(); len(got) != 2 || got[0].Name != "client-pause" || got[1].Name != "clock-jump" || o.seed != 7 {
-		t.Fatalf("selected %v, seed %d", got, o.seed)
+	var ids []string
+	for _, sc := range o.selected() {
+		ids = append(ids, sc.ID())
 	}
-	o, err = parse([]string{"-only", "carts"}, io.Discard)
+	want := []string{"client-pause@quorum", "client-pause@etcdlock", "clock-jump@quorum", "clock-jump@etcdlock"}
+	if !slices.Equal(ids, want) || o.seed != 7 || o.bedOptions().Etcd != 3 {
+		t.Fatalf("selected %v, seed %d, bed %+v; want %v, 7 and etcd", ids, o.seed, o.bedOptions(), want)
+	}
+	o, err = parse([]string{"-only", "carts", "-lock", "etcdlock"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.selected(); len(got) != 1 || !got[0].Carts {
-		t.Fatalf("-only carts selected %v", got)
+	if got := o.selected(); len(got) != 1 || !got[0].Carts || got[0].Lock != chaos.LockEtcd {
+		t.Fatalf("-only carts -lock etcdlock selected %v", got)
+	}
+	o, err = parse([]string{"-lock", "quorum"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range o.selected() {
+		if sc.Lock != chaos.LockQuorum || o.bedOptions().Etcd != 0 {
+			t.Fatalf("-lock quorum selected %s with bed %+v", sc.ID(), o.bedOptions())
+		}
 	}
 	o, err = parse([]string{"-short"}, io.Discard)
 	if err != nil {
@@ -31,7 +48,7 @@ func TestParse(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{
-		{"-only", "nope"}, {"-workers", "1"}, {"-timeout", "0s"}, {"extra"}, {"-seed", "x"},
+		{"-only", "nope"}, {"-workers", "1"}, {"-timeout", "0s"}, {"extra"}, {"-seed", "x"}, {"-lock", "zookeeper"},
 	} {
 		if _, err := parse(bad, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)

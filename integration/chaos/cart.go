@@ -111,7 +111,7 @@ func (w *worker) cartRound(ctx context.Context, n int) {
 		_ = wait.Sleep(ctx, 5*time.Millisecond)
 		return
 	}
-	until := time.Now().Add(time.Until(lease.Until())).UnixNano()
+	until := wallUntil(lease)
 	slices.SortFunc(lines, func(a, b line) int { return strings.Compare(a.key, b.key) })
 	held, fences := lease.Keys(), make([]int64, len(lines))
 	for i := range lines {
@@ -125,7 +125,7 @@ func (w *worker) cartRound(ctx context.Context, n int) {
 	if !w.readCart(db, n, lines) {
 		return
 	}
-	w.hold(ctx, Event{Round: n, Keys: held, Fences: fences, Until: until})
+	w.hold(ctx, Event{Round: n, Keys: held, Fences: fences, Until: wallUntil(lease)})
 	w.writeCart(db, n, lines)
 }
 

@@ -1,5 +1,11 @@
 // Package chaos runs the Kleppmann workload against the test bed while a
-// nemesis injects faults, and reports what the checker found.
+// nemesis injects faults, and reports what the checker found, on both
+// locks: quorum's Redlock on 5 Redis masters (fenced with tokens from the
+// Postgres issuer) and etcdlock on a 3-member etcd cluster (fenced with
+// the etcd revision at which the lease became the owner). Each scenario
+// has a version per lock (Scenario.Lock): the faults mapped onto that
+// lock's servers, or, where a fault has no counterpart, the reason
+// (Scenario.NA).
 //
 // Workers are separate OS processes (a re-executed test binary, or
 // cmd/chaos itself), so a holder can be frozen with SIGSTOP in the middle of
@@ -16,7 +22,7 @@
 // unfenced run (the negative control) both are plain statements.
 //
 // The carts scenario runs another loop: each round takes one lease on 2 or
-// 3 of 4 product keys (quorum's LockMulti, the keys named in a random
+// 3 of 4 product keys (LockMulti, the keys named in a random
 // order), reads every product's row (a Claim with the fence of that row's
 // own key, Lease.FenceOf), holds, and writes every row in one transaction:
 // a conditional decrement computed from the value read, fenced or plain,

@@ -9,14 +9,17 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/integration/checker"
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/integration/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
@@ -25,16 +28,20 @@ import (
 const InitialStock = 1_000_000
 
 // Env is a bed prepared for the workload: every worker slot has its own
-// link to every node, so a partition can cut one client off.
+// link to every Redis node, so a partition can cut one client off.
 type Env struct {
 	bed      *testbed.Bed
 	launcher Launcher
 	workers  int
 	links    [][]*testbed.Link // [worker slot][node]
 	pool     *pgxpool.Pool
-	clock    []time.Duration // each node's clock offset so far
+	clock    []time.Duration // each Redis node's clock offset so far
 	logf     func(format string, args ...any)
 	minRun   time.Duration
+	// etcd is a client of every etcd member, for the resets; nil on a bed
+	// without etcd. etcdClock is each member's wall clock offset.
+	etcd      *clientv3.Client
+	etcdClock []time.Duration
 }
 
 // EnvOptions shapes an Env.
@@ -49,7 +56,8 @@ type EnvOptions struct {
 }
 
 // NewEnv prepares bed, which must have 5 Redis nodes and Postgres, for the
-// workload. Close it before the bed.
+// workload; the scenarios of etcdlock also need its etcd members
+// (testbed.Options.Etcd: 3). Close it before the bed.
 func NewEnv(ctx context.Context, bed *testbed.Bed, l Launcher, opts EnvOptions) (*Env, error) {
 	if len(bed.Redis) != 5 || bed.Postgres == nil {
 		return nil, errors.New("chaos: the bed needs 5 Redis nodes and Postgres")
@@ -81,18 +89,33 @@ func NewEnv(ctx context.Context, bed *testbed.Bed, l Launcher, opts EnvOptions) 
 		pool.Close()
 		return nil, err
 	}
+	if len(bed.Etcd) > 0 {
+		if e.etcd, err = etcdbed.Client(bed); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		e.etcdClock = make([]time.Duration, len(bed.Etcd))
+	}
 	return e, nil
 }
 
-// Close releases the Env's database pool. The links close with the bed.
-func (e *Env) Close() { e.pool.Close() }
+// Close releases the Env's database pool and etcd client. The links close
+// with the bed.
+func (e *Env) Close() {
+	e.pool.Close()
+	if e.etcd != nil {
+		_ = e.etcd.Close()
+	}
+}
 
 // Result is what one run of one scenario found.
 type Result struct {
 	Scenario string
-	Faults   string
-	Fenced   bool
-	Guard    bool
+	// Lock is the backend: LockQuorum or LockEtcd.
+	Lock   string
+	Faults string
+	Fenced bool
+	Guard  bool
 	// Injected counts the faults the nemesis injected.
 	Injected int
 	// Locks and Attempts count granted leases and lock calls.
@@ -162,23 +185,31 @@ type run struct {
 	hist   *history
 	procs  map[int]*proc
 	nextID int
-	notes  []string
+
+	notesMu sync.Mutex // a nemesis and a client fault may note at once
+	notes   []string
 }
 
 func (r *run) note(format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
+	r.notesMu.Lock()
 	r.notes = append(r.notes, s)
-	r.env.logf("%s (fenced=%v): %s", r.sc.Name, r.fenced, s)
+	r.notesMu.Unlock()
+	r.env.logf("%s (fenced=%v): %s", r.sc.ID(), r.fenced, s)
 }
 
 func (r *run) config(id int) WorkerConfig {
-	addrs := make([]string, len(r.env.bed.Redis))
-	for i, lk := range r.env.links[id] {
-		addrs[i] = lk.Addr()
-	}
-	return WorkerConfig{ID: id, Redis: addrs, DSN: r.env.bed.Postgres.DSN(), Fenced: r.fenced, Guard: r.sc.Guard,
+	cfg := WorkerConfig{ID: id, Lock: r.sc.Lock, DSN: r.env.bed.Postgres.DSN(), Fenced: r.fenced, Guard: r.sc.Guard,
 		Seed: r.seed, Rounds: 10000, TTL: r.sc.TTL, NodeTimeout: r.sc.TTL / 10,
 		Hold: r.sc.TTL / 10, LongHold: r.sc.TTL * 13 / 10, LongFrac: r.sc.LongFrac, Carts: r.sc.Carts}
+	if r.sc.Lock == LockEtcd {
+		cfg.Etcd = r.env.bed.EtcdEndpoints()
+		return cfg
+	}
+	for _, lk := range r.env.links[id] {
+		cfg.Redis = append(cfg.Redis, lk.Addr())
+	}
+	return cfg
 }
 
 // spawn starts a worker in the next free slot.
@@ -197,6 +228,23 @@ func (r *run) spawn() (*proc, error) {
 
 // reset puts the bed and the tables in their starting state.
 func (e *Env) reset(ctx context.Context) error {
+	if err := e.resetRedis(ctx); err != nil {
+		return err
+	}
+	if err := e.resetEtcd(ctx); err != nil {
+		return err
+	}
+	_, err := e.pool.Exec(ctx, `
+		DROP TABLE IF EXISTS `+stockTable+`, `+writesTable+`;
+		CREATE TABLE `+stockTable+` (product_id text PRIMARY KEY, available bigint NOT NULL, last_fence bigint NOT NULL DEFAULT 0);
+		CREATE TABLE `+writesTable+` (seq bigserial PRIMARY KEY, fence bigint NOT NULL, worker int NOT NULL, read bigint NOT NULL, wrote bigint NOT NULL);
+		INSERT INTO `+stockTable+` (product_id, available) VALUES ('`+product+`', `+fmt.Sprint(InitialStock)+`);`+
+		cartSchema())
+	return err
+}
+
+// resetRedis heals every link and node and empties the nodes.
+func (e *Env) resetRedis(ctx context.Context) error {
 	for _, row := range e.links {
 		for _, lk := range row {
 			if err := lk.Heal(ctx); err != nil {
@@ -222,19 +270,19 @@ func (e *Env) reset(ctx context.Context) error {
 			return fmt.Errorf("%s: flushall: %w", n.Name(), err)
 		}
 	}
-	_, err := e.pool.Exec(ctx, `
-		DROP TABLE IF EXISTS `+stockTable+`, `+writesTable+`;
-		CREATE TABLE `+stockTable+` (product_id text PRIMARY KEY, available bigint NOT NULL, last_fence bigint NOT NULL DEFAULT 0);
-		CREATE TABLE `+writesTable+` (seq bigserial PRIMARY KEY, fence bigint NOT NULL, worker int NOT NULL, read bigint NOT NULL, wrote bigint NOT NULL);
-		INSERT INTO `+stockTable+` (product_id, available) VALUES ('`+product+`', `+fmt.Sprint(InitialStock)+`);`+
-		cartSchema())
-	return err
+	return nil
 }
 
 // Run runs scenario sc once, fenced or not, with faults drawn from seed.
 func (e *Env) Run(ctx context.Context, sc Scenario, fenced bool, seed uint64) (Result, error) {
 	start := time.Now()
-	res := Result{Scenario: sc.Name, Faults: sc.Faults, Fenced: fenced, Guard: sc.Guard}
+	res := Result{Scenario: sc.Name, Lock: sc.Lock, Faults: sc.Faults, Fenced: fenced, Guard: sc.Guard}
+	if sc.NA != "" {
+		return res, fmt.Errorf("%s does not run: %s", sc.ID(), sc.NA)
+	}
+	if sc.Lock == LockEtcd && e.etcd == nil {
+		return res, fmt.Errorf("%s: the bed has no etcd members (testbed.Options.Etcd)", sc.ID())
+	}
 	if err := e.reset(ctx); err != nil {
 		return res, err
 	}
@@ -262,7 +310,7 @@ func (e *Env) Run(ctx context.Context, sc Scenario, fenced bool, seed uint64) (R
 	res.Injected = injected
 	res.Notes = r.notes
 	if derr != nil {
-		return res, fmt.Errorf("%s: %w", sc.Name, derr)
+		return res, fmt.Errorf("%s: %w", sc.ID(), derr)
 	}
 	if err := errors.Join(stopErrs...); err != nil {
 		return res, err
@@ -391,9 +439,9 @@ type callKey struct {
 	key, op string
 }
 
-// lease is one granted lease, from the acquire's answer to the unlock call
+// grant is one granted lease, from the acquire's answer to the unlock call
 // (or the validity end, if earlier).
-type lease struct {
+type grant struct {
 	from, until, to int64
 	keys            []string
 	fences          []int64
@@ -403,7 +451,7 @@ type lease struct {
 // key of each lease) and each key's register operations for porcupine.
 func digest(events []Event) ([]checker.Hold, map[string][]checker.RegisterOp, tally) {
 	var t tally
-	leases := map[opKey]*lease{}
+	leases := map[opKey]*grant{}
 	var order []opKey
 	calls := map[callKey]Event{}
 	ops := map[string][]checker.RegisterOp{}
@@ -416,11 +464,18 @@ func digest(events []Event) ([]checker.Hold, map[string][]checker.RegisterOp, ta
 		case e.Op == OpLock && e.Phase == PhaseReturn && e.Result == ResultOK:
 			t.locks++
 			keys, fences := e.held()
-			leases[k] = &lease{from: e.At, until: e.Until, keys: keys, fences: fences}
+			leases[k] = &grant{from: e.At, until: e.Until, keys: keys, fences: fences}
 			order = append(order, k)
-		case e.Op == OpUnlock && e.Phase == PhaseCall:
+		case (e.Op == OpHold || e.Op == OpUnlock) && e.Phase == PhaseCall:
+			// The holder's latest view of the validity end: an etcd
+			// session's keep-alive moves it on while the lease is held.
 			if l := leases[k]; l != nil && l.to == 0 {
-				l.to = e.At
+				if e.Until != 0 {
+					l.until = e.Until
+				}
+				if e.Op == OpUnlock {
+					l.to = e.At
+				}
 			}
 		case (e.Op == OpRead || e.Op == OpWrite) && e.Phase == PhaseCall:
 			calls[callKey{k, e.key(), e.Op}] = e
@@ -487,7 +542,7 @@ func registerOp(call, ret Event) (checker.RegisterOp, bool) {
 }
 
 // holdsOf turns the leases, in the order granted, into one hold per key.
-func holdsOf(leases map[opKey]*lease, order []opKey) []checker.Hold {
+func holdsOf(leases map[opKey]*grant, order []opKey) []checker.Hold {
 	var holds []checker.Hold
 	for _, k := range order {
 		l := leases[k]

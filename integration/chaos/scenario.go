@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/quorumlock/quorumlock/integration/nemesis"
@@ -12,10 +13,16 @@ import (
 )
 
 // Scenario is one row of the safety table: a nemesis and the lock settings
-// it runs with.
+// it runs with, on one lock.
 type Scenario struct {
-	// Name identifies the scenario on the command line and in the table.
+	// Name identifies the scenario on the command line and in the table;
+	// each lock has its own version of it (ID).
 	Name string
+	// Lock is the backend the scenario runs on: LockQuorum or LockEtcd.
+	Lock string
+	// NA, when set, says why the scenario does not apply to Lock: its row
+	// is shown, with the reason, and not run.
+	NA string
 	// Faults describes what the nemesis does.
 	Faults string
 	// Guard turns the lock's restart guard on.
@@ -42,6 +49,9 @@ type Scenario struct {
 	drive func(ctx context.Context, r *run) (int, error)
 }
 
+// ID names the scenario on its lock: Name@Lock.
+func (sc Scenario) ID() string { return sc.Name + "@" + sc.Lock }
+
 func yes() *bool { b := true; return &b }
 func no() *bool  { b := false; return &b }
 
@@ -53,8 +63,25 @@ const (
 	clockJump       = "clock-jump"
 )
 
-// Scenarios returns every scenario, in the order of the table.
+// Scenarios returns every scenario on every lock, in the order of the
+// table: each of quorum's, followed by etcdlock's version of it.
 func Scenarios() []Scenario {
+	etcd := map[string]Scenario{}
+	for _, sc := range etcdScenarios() {
+		etcd[sc.Name] = sc
+	}
+	var out []Scenario
+	for _, sc := range quorumScenarios() {
+		out = append(out, sc)
+		if e, ok := etcd[sc.Name]; ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// quorumScenarios are the scenarios on quorum's Redlock.
+func quorumScenarios() []Scenario {
 	const fast, staged = 1500 * time.Millisecond, 4 * time.Second
 	s := []Scenario{
 		{Name: "long-hold", Faults: "no nemesis; a quarter of the holds outlast the TTL (a GC-like stall in the holder)",
@@ -88,6 +115,11 @@ func Scenarios() []Scenario {
 		Faults: "one lease on 2-3 of 4 product keys (named in varied orders), every row written in one transaction; " +
 			"a holder SIGSTOPped past its TTL until another cart wrote one of its products, while one Redis node at a time is paused or killed and restarted (with or without its data)",
 		drive: cartFaults})
+	s = slices.Insert(s, len(s)-1, Scenario{Name: clockJumpMonotonic,
+		NA: "the bed moves no Redis server's monotonic clock, and Redis expires keys by its wall clock: the clock-jump row is quorum's clock fault"})
+	for i := range s {
+		s[i].Lock = LockQuorum
+	}
 	return s
 }
 
@@ -261,15 +293,30 @@ func nodeFaults(kind nemesis.Kind) func(ctx context.Context, r *run) (int, error
 }
 
 // runNemesis runs a seeded plan of steps faults of the given kinds, one
-// node at a time.
+// node at a time: on the Redis nodes, or on the etcd members, the leader
+// and a follower in turn.
 func runNemesis(ctx context.Context, r *run, steps int, kinds ...nemesis.Kind) (int, error) {
-	plan, err := nemesis.Plan(nemesis.PlanOptions{Seed: r.seed, Nodes: len(r.env.bed.Redis), Steps: steps,
-		Kinds: kinds, MaxFor: 2 * r.sc.TTL, MaxDelay: r.sc.TTL / 10 * 3 / 2})
+	opts := nemesis.PlanOptions{Seed: r.seed, Nodes: len(r.env.bed.Redis), Steps: steps,
+		Kinds: kinds, MaxFor: 2 * r.sc.TTL, MaxDelay: r.sc.TTL / 10 * 3 / 2}
+	cluster := nemesis.Redis(r.env.bed.Redis)
+	if r.sc.Lock == LockEtcd {
+		opts.Nodes, opts.Roles, opts.MaxFor = len(r.env.bed.Etcd), true, r.sc.TTL
+		cluster = nemesis.Etcd(r.env.bed)
+	}
+	plan, err := nemesis.Plan(opts)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	err = nemesis.Run(ctx, r.env.bed.Redis, plan, func(nemesis.Step) { n++ })
+	roles := map[nemesis.Role]int{}
+	err = nemesis.RunOn(ctx, cluster, plan, func(s nemesis.Step) {
+		n++
+		roles[s.Role]++
+		r.env.logf("%s (fenced=%v): nemesis: %v", r.sc.ID(), r.fenced, s)
+	})
+	if r.sc.Lock == LockEtcd {
+		r.note("%d member faults: %d on the leader, %d on a follower, %d with no leader found", n, roles[nemesis.Leader], roles[nemesis.Follower], roles[nemesis.AnyNode])
+	}
 	return n, err
 }
 
@@ -284,8 +331,12 @@ func cartFaults(ctx context.Context, r *run) (int, error) {
 		err error
 	}
 	nodes := make(chan done, 1)
+	kinds := []nemesis.Kind{nemesis.Pause, nemesis.KillRestartKeep, nemesis.KillRestartEmpty}
+	if r.sc.Lock == LockEtcd {
+		kinds = kinds[:2] // the bed restarts an etcd member with its data only
+	}
 	go func() {
-		n, err := runNemesis(nctx, r, 2*r.sc.Rounds, nemesis.Pause, nemesis.KillRestartKeep, nemesis.KillRestartEmpty)
+		n, err := runNemesis(nctx, r, 2*r.sc.Rounds, kinds...)
 		nodes <- done{n, err}
 	}()
 	paused, err := clientPause(ctx, r)
@@ -347,40 +398,11 @@ func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
 					return injected, err
 				}
 			}
-			for _, lk := range r.env.links[0][3:] {
-				if err := lk.Partition(ctx); err != nil {
-					return injected, err
-				}
-			}
-			// Worker 0 must take a fresh lease now that it is cut off. It
-			// needs all three nodes it still reaches, which the others,
-			// reaching five, would rarely leave it: they wait at their
-			// gates, outside any lease, until it holds.
-			from := r.hist.len()
-			if err := r.gateOthers(0, true); err != nil {
+			h, idx, ok, err := r.holdCutOff(ctx, i)
+			if err != nil {
 				return injected, err
 			}
-			h, idx, ok := r.hist.waitFor(ctx, from, 6*ttl+20*time.Second, isHold(0))
-			if ok {
-				if err := a.pause(); err != nil {
-					return injected, err
-				}
-			}
-			if err := r.gateOthers(0, false); err != nil {
-				return injected, err
-			}
-			if !ok || r.wroteYet(idx, h) {
-				if ok {
-					r.note("round %d: worker 0 wrote before the pause landed; not counted", i)
-					if err := a.resume(); err != nil {
-						return injected, err
-					}
-				} else {
-					r.note("round %d: worker 0 held no lease within %v", i, 6*ttl+20*time.Second)
-				}
-				if err := healLinks(ctx, r); err != nil {
-					return injected, err
-				}
+			if !ok {
 				continue
 			}
 			if err := forget(ctx, r, kind, victim, snap); err != nil {
@@ -411,6 +433,49 @@ func stagedFault(kind string) func(ctx context.Context, r *run) (int, error) {
 		}
 		return injected, ctx.Err()
 	}
+}
+
+// holdCutOff cuts worker 0 off from nodes 3 and 4 and freezes it once it
+// holds a fresh lease, which then holds exactly nodes 0, 1 and 2. ok is
+// false when round i could not stage that (no lease in time, or its write
+// came before the pause): worker 0 runs again and its links are healed.
+func (r *run) holdCutOff(ctx context.Context, i int) (Event, int, bool, error) {
+	ttl := r.sc.TTL
+	a := r.procs[0]
+	for _, lk := range r.env.links[0][3:] {
+		if err := lk.Partition(ctx); err != nil {
+			return Event{}, 0, false, err
+		}
+	}
+	// Worker 0 must take a fresh lease now that it is cut off. It needs
+	// all three nodes it still reaches, which the others, reaching five,
+	// would rarely leave it: they wait at their gates, outside any lease,
+	// until it holds.
+	from := r.hist.len()
+	if err := r.gateOthers(0, true); err != nil {
+		return Event{}, 0, false, err
+	}
+	h, idx, ok := r.hist.waitFor(ctx, from, 6*ttl+20*time.Second, isHold(0))
+	if ok {
+		if err := a.pause(); err != nil {
+			return h, idx, false, err
+		}
+	}
+	if err := r.gateOthers(0, false); err != nil {
+		return h, idx, false, err
+	}
+	if ok && !r.wroteYet(idx, h) {
+		return h, idx, true, nil
+	}
+	if ok {
+		r.note("round %d: worker 0 wrote before the pause landed; not counted", i)
+		if err := a.resume(); err != nil {
+			return h, idx, false, err
+		}
+	} else {
+		r.note("round %d: worker 0 held no lease within %v", i, 6*ttl+20*time.Second)
+	}
+	return h, idx, false, healLinks(ctx, r)
 }
 
 // gateOthers closes or opens the gate of every worker but one.

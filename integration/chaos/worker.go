@@ -18,12 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/fencing"
-	"github.com/quorumlock/quorumlock/integration/testbed"
 	"github.com/quorumlock/quorumlock/internal/wait"
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // EnvWorker carries a worker's configuration, as JSON, to a worker process.
@@ -42,8 +39,12 @@ const (
 
 // WorkerConfig is what one worker process needs.
 type WorkerConfig struct {
-	ID     int      `json:"id"`
-	Redis  []string `json:"redis"`
+	ID int `json:"id"`
+	// Lock is the backend the worker locks with: LockQuorum (the
+	// default) on the Redis addresses, or LockEtcd on the etcd endpoints.
+	Lock   string   `json:"lock,omitempty"`
+	Redis  []string `json:"redis,omitempty"`
+	Etcd   []string `json:"etcd,omitempty"`
 	DSN    string   `json:"dsn"`
 	Fenced bool     `json:"fenced"`
 	Guard  bool     `json:"guard"`
@@ -170,8 +171,8 @@ const (
 // to out. Lines read from in control it: "gate" holds the worker before its
 // next lock call, "open" lets it go on.
 func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Writer) error {
-	if cfg.Rounds <= 0 || cfg.TTL <= 0 || len(cfg.Redis) == 0 {
-		return errors.New("worker needs Rounds, TTL and Redis addresses")
+	if cfg.Rounds <= 0 || cfg.TTL <= 0 || !cfg.hasServers() {
+		return errors.New("worker needs Rounds, TTL and the addresses of its lock's servers")
 	}
 	ctx, parentGone := context.WithCancel(ctx)
 	defer parentGone()
@@ -224,32 +225,6 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	return w.err
 }
 
-// newLocker builds the worker's locker on clients of its own; closing it
-// closes the locker, then the clients.
-func newLocker(cfg WorkerConfig, fencer quorum.Fencer) (*quorum.Locker, func(), error) {
-	clients := make([]redis.UniversalClient, len(cfg.Redis))
-	for i, a := range cfg.Redis {
-		clients[i] = redis.NewClient(testbed.ClientOptions(a))
-	}
-	closeClients := func() {
-		for i := len(clients) - 1; i >= 0; i-- {
-			_ = clients[i].Close()
-		}
-	}
-	nodeTimeout := cfg.NodeTimeout
-	if nodeTimeout <= 0 {
-		nodeTimeout = cfg.TTL / 10
-	}
-	l, err := quorum.New(clients, quorum.WithTTL(cfg.TTL), quorum.WithNodeTimeout(nodeTimeout),
-		quorum.WithFencer(fencer), quorum.WithAmnesiaGuard(cfg.Guard), quorum.WithAmnesiaWindow(cfg.TTL),
-		quorum.WithMaxWait(2*cfg.TTL))
-	if err != nil {
-		closeClients()
-		return nil, nil, err
-	}
-	return l, func() { _ = l.Close(); closeClients() }, nil
-}
-
 // gate holds a worker between rounds while it is closed.
 type gate struct {
 	mu     sync.Mutex
@@ -295,7 +270,7 @@ type worker struct {
 	out    io.Writer
 	pool   *pgxpool.Pool
 	table  *fencing.Table
-	locker *quorum.Locker
+	locker lockAPI
 	rng    *rand.Rand
 
 	mu  sync.Mutex
@@ -340,8 +315,7 @@ func (w *worker) round(ctx context.Context, n int) {
 		_ = wait.Sleep(ctx, 5*time.Millisecond)
 		return
 	}
-	// The validity end, on the wall clock shared by the processes.
-	until := time.Now().Add(time.Until(lease.Until())).UnixNano()
+	until := wallUntil(lease)
 	fence := lease.Fence()
 	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: ResultOK, Fence: fence, Until: until})
 	defer w.unlock(ctx, lease, Event{Round: n, Fence: fence})
@@ -361,7 +335,7 @@ func (w *worker) round(ctx context.Context, n int) {
 		return
 	}
 
-	w.hold(ctx, Event{Round: n, Fence: fence, Until: until})
+	w.hold(ctx, Event{Round: n, Fence: fence, Until: wallUntil(lease)})
 
 	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseCall, Fence: fence, Value: v - 1})
 	err = w.write(db, fence, v)
@@ -370,10 +344,12 @@ func (w *worker) round(ctx context.Context, n int) {
 }
 
 // unlock releases lease at the end of a round; e carries the round and its
-// fences.
-func (w *worker) unlock(ctx context.Context, lease *quorum.Lease, e Event) {
-	e.Op, e.Phase = OpUnlock, PhaseCall
+// fences. The call carries the lease's validity end as the holder sees it
+// then: an etcd session's keep-alive moves it on while the lease is held.
+func (w *worker) unlock(ctx context.Context, lease leaseAPI, e Event) {
+	e.Op, e.Phase, e.Until = OpUnlock, PhaseCall, wallUntil(lease)
 	w.emit(e)
+	e.Until = 0
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.TTL)
 	err := lease.Unlock(uctx)
 	cancel()

@@ -1,9 +1,11 @@
 // Package nemesis injects a planned, reproducible series of faults into the
-// Redis nodes of a test bed while a workload runs.
+// Redis nodes or the etcd members of a test bed while a workload runs.
 //
 // A Plan is a bounded list of steps; each step hits one node with one fault
 // for a while and then heals it. Plans come from a seed, so a failing run
-// can be replayed exactly.
+// can be replayed exactly. On a cluster with a leader (etcd), a plan can
+// aim its steps at the leader and at a follower in turn (PlanOptions.Roles):
+// which member that is is resolved when the step runs.
 package nemesis
 
 import (
@@ -57,13 +59,21 @@ type Step struct {
 	Delay time.Duration
 	// Gap is the quiet time after the step heals.
 	Gap time.Duration
+	// Role aims the step at the leader or at a follower (Node then picks
+	// which follower); AnyNode hits Node. Run hands its log the step with
+	// Node resolved.
+	Role Role
 }
 
 func (s Step) String() string {
-	if s.Kind == Latency {
-		return fmt.Sprintf("node %d: %s %v for %v", s.Node, s.Kind, s.Delay, s.For)
+	node := fmt.Sprintf("node %d", s.Node)
+	if s.Role != AnyNode {
+		node += " (" + s.Role.String() + ")"
 	}
-	return fmt.Sprintf("node %d: %s for %v", s.Node, s.Kind, s.For)
+	if s.Kind == Latency {
+		return fmt.Sprintf("%s: %s %v for %v", node, s.Kind, s.Delay, s.For)
+	}
+	return fmt.Sprintf("%s: %s for %v", node, s.Kind, s.For)
 }
 
 // PlanOptions shapes a random plan.
@@ -77,6 +87,10 @@ type PlanOptions struct {
 	MaxFor time.Duration
 	// MaxDelay bounds added latency (default 100ms).
 	MaxDelay time.Duration
+	// Roles aims the steps at the leader (even steps) and at a follower
+	// (odd steps) of a cluster that has one; the rest of the plan is drawn
+	// as without it.
+	Roles bool
 }
 
 // Plan draws a reproducible plan from opts.Seed.
@@ -109,28 +123,45 @@ func Plan(opts PlanOptions) ([]Step, error) {
 		if s.Kind == Latency {
 			s.Delay = time.Duration(1 + rng.Int64N(int64(opts.MaxDelay)))
 		}
+		if opts.Roles {
+			s.Role = []Role{Leader, Follower}[i%2]
+		}
 		plan[i] = s
 	}
 	return plan, nil
 }
 
-// Run executes the plan step by step on nodes, healing each fault before
-// the next step, and calls log (when not nil) for each step. It stops early
-// when ctx ends; every fault it injected is healed before it returns.
+// Run executes the plan step by step on Redis nodes, healing each fault
+// before the next step, and calls log (when not nil) for each step. It
+// stops early when ctx ends; every fault it injected is healed before it
+// returns.
 func Run(ctx context.Context, nodes []*testbed.RedisNode, plan []Step, log func(Step)) error {
+	return RunOn(ctx, Redis(nodes), plan, log)
+}
+
+// RunOn is Run on any cluster: steps with a Role are resolved to the
+// member that has it when they run.
+func RunOn(ctx context.Context, c Cluster, plan []Step, log func(Step)) error {
 	for _, s := range plan {
-		if s.Node < 0 || s.Node >= len(nodes) {
-			return fmt.Errorf("nemesis: step %v names node %d of %d", s, s.Node, len(nodes))
+		if s.Node < 0 || s.Node >= len(c.Nodes) {
+			return fmt.Errorf("nemesis: step %v names node %d of %d", s, s.Node, len(c.Nodes))
+		}
+		if s.Role != AnyNode && c.Leader == nil {
+			return fmt.Errorf("nemesis: step %v aims at a role, but the cluster has no leader", s)
+		}
+		if s.Kind == KillRestartEmpty && c.DataKept {
+			return fmt.Errorf("nemesis: step %v: %w: the cluster's nodes restart with their data only", s, errors.ErrUnsupported)
 		}
 	}
 	for _, s := range plan {
 		if ctx.Err() != nil {
 			return nil
 		}
+		s = c.resolve(ctx, s)
 		if log != nil {
 			log(s)
 		}
-		if err := apply(ctx, nodes[s.Node], s); err != nil {
+		if err := apply(ctx, c.Nodes[s.Node], s); err != nil {
 			return fmt.Errorf("nemesis: %v: %w", s, err)
 		}
 		_ = wait.Sleep(ctx, s.Gap)
@@ -138,7 +169,7 @@ func Run(ctx context.Context, nodes []*testbed.RedisNode, plan []Step, log func(
 	return nil
 }
 
-func apply(ctx context.Context, n *testbed.RedisNode, s Step) error {
+func apply(ctx context.Context, n Target, s Step) error {
 	// Healing must happen even when ctx has ended.
 	heal := context.WithoutCancel(ctx)
 	switch s.Kind {
