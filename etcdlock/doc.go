@@ -27,9 +27,35 @@
 // the client's conservative view of when the etcd lease could expire: the
 // send time of the last refresh etcd answered, plus the TTL, minus the drift
 // allowance (WithDriftFactor). The Locker refreshes the lease itself every
-// TTL/3 to know those send times, beside the client's own keep-alive. etcd's leader, not the
-// client, decides expiry; a client paused past Until may still believe it
-// holds the lock, as with any lock, and only a fence stops its writes.
+// TTL/3 to know those send times, beside the client's own keep-alive, and
+// Until never moves back.
+//
+// What Until guarantees against etcd's own lease clock: etcd's leader
+// expires a lease no sooner than a TTL after it received the last refresh,
+// which is after the client sent it, and a newly elected leader counts
+// every lease's remaining time afresh from its election (the full TTL, or
+// a remainder checkpointed earlier), plus an election timeout, so a leader
+// change (a leader killed, paused, partitioned or restarted) only moves
+// etcd's expiry later. Until therefore comes before etcd's expiry as
+// long as the leader's monotonic clock runs no faster than the client's by
+// more than the drift allowance; a leader whose monotonic clock jumps
+// forward (a VM resumed from suspend) can expire the lease before Until,
+// and only a fence stops the late holder then. Wall-clock jumps do not
+// matter: etcd and the client both measure with monotonic clocks.
+//
+// etcdlock itself never hands a key on before that Until. A session ends
+// only when etcd no longer knows its lease, when no refresh was answered
+// within the validity, or at Close. The client's keep-alive ending is not
+// a loss: the client gives a lease up once its own last answer is a TTL
+// old (after a pause of the process, say), while a later refresh of the
+// Locker's may still hold it, so the Locker asks etcd and goes on
+// refreshing alone. When a session does end, its etcd lease (and with it
+// the keys of its leases) is revoked only once Until has passed, because a
+// holder that is paused cannot hear of the loss; Close revokes at once.
+//
+// etcd's leader, not the client, decides expiry: a client paused past
+// Until may still believe it holds the lock, as with any lock, and only a
+// fence stops its writes.
 //
 // # Fences
 //

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/quorumlock/quorumlock/internal/wait"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -18,6 +19,7 @@ type session struct {
 	cs    *concurrency.Session
 	cfg   *config
 	bg    func(func())       // runs work the Locker's Close waits for
+	keep  context.Context    // the Locker's: ends at Close
 	sctx  context.Context    // the keep-alives' context
 	stop  context.CancelFunc // ends them
 	ended chan struct{}      // closed when the session ends
@@ -45,7 +47,7 @@ func openSession(ctx, keep context.Context, cli *clientv3.Client, cfg *config, b
 		stop()
 		return nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
 	}
-	s := &session{cs: cs, cfg: cfg, bg: bg, sctx: sctx, stop: stop, ended: make(chan struct{}),
+	s := &session{cs: cs, cfg: cfg, bg: bg, keep: keep, sctx: sctx, stop: stop, ended: make(chan struct{}),
 		until: start.Add(cfg.ttl - cfg.allowance()), leases: map[*Lease]struct{}{}}
 	s.timer = time.AfterFunc(time.Until(s.until), s.expire)
 	return s, nil
@@ -55,31 +57,47 @@ func openSession(ctx, keep context.Context, cli *clientv3.Client, cfg *config, b
 // keep-alive, whose requests' send times the client does not expose), so
 // that Until is the send time of the last answered refresh plus the TTL,
 // minus the drift allowance. It ends the session when etcd no longer knows
-// the lease or the session's keep-alive stops.
+// the lease; the validity timer ends it when no refresh is answered in time.
+//
+// The client's own keep-alive ending is no loss by itself: the client gives
+// a lease up once its last answer is a TTL old (after a pause of the
+// process, say), while a later refresh of measure's may still hold it at
+// etcd. measure asks etcd at once instead, and goes on refreshing alone.
 func (s *session) measure() {
 	t := time.NewTicker(s.cfg.ttl / 3)
 	defer t.Stop()
+	clientKeepAlive := s.cs.Done() // nil once it ended
 	for {
 		select {
-		case <-s.cs.Done():
-			s.end(fmt.Errorf("etcdlock: %w: the session's keep-alive ended (its lease expired or was revoked)", quorum.ErrLeaseLost), quorum.LostExtendFailed)
-			return
+		case <-clientKeepAlive:
+			clientKeepAlive = nil
 		case <-s.sctx.Done():
 			return
 		case <-t.C:
 		}
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(s.sctx, s.cfg.nodeTimeout)
-		_, err := s.cs.Client().KeepAliveOnce(ctx, s.cs.Lease())
-		cancel()
-		switch {
-		case err == nil:
-			s.refreshed(sent)
-		case isLeaseGone(err):
-			s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", quorum.ErrLeaseLost, err), quorum.LostExtendFailed)
+		if !s.refresh() {
 			return
-		} // otherwise the next tick tries again; the validity timer ends the session if none gets through
+		}
 	}
+}
+
+// refresh sends one keep-alive and moves Until on when etcd answers it. It
+// ends the session, and returns false, when etcd no longer knows the
+// lease; any other failure is left to the next refresh or the validity
+// timer.
+func (s *session) refresh() bool {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(s.sctx, s.cfg.nodeTimeout)
+	_, err := s.cs.Client().KeepAliveOnce(ctx, s.cs.Lease())
+	cancel()
+	switch {
+	case err == nil:
+		s.refreshed(sent)
+	case isLeaseGone(err):
+		s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", quorum.ErrLeaseLost, err), quorum.LostExtendFailed)
+		return false
+	}
+	return true
 }
 
 // moveUntil moves the validity later; s.mu must be held.
@@ -127,7 +145,7 @@ func (s *session) end(err error, reason quorum.LostReason) {
 		le.lose(err, reason)
 	}
 	// Its keys go with its etcd lease: revoke it, rather than have the
-	// next owners wait for the leader to expire it.
+	// next owners wait for the leader to expire it, once Until has passed.
 	s.bg(s.revoke)
 }
 
@@ -166,8 +184,14 @@ func (s *session) live() bool {
 	}
 }
 
-// revoke revokes the session's etcd lease, once it has ended.
+// revoke revokes the session's etcd lease, once it has ended and its
+// Until has passed: a holder that was paused when the session ended has not
+// heard of the loss, and acts until the Until it last saw, so no other
+// owner may be handed its keys before then. Close revokes at once: the
+// Locker's owner gave up its locks.
 func (s *session) revoke() {
+	until, _ := s.validity()
+	_ = wait.Sleep(s.keep, time.Until(until))
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.nodeTimeout)
 	defer cancel()
 	_, _ = s.cs.Client().Revoke(ctx, s.cs.Lease())
