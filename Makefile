@@ -24,7 +24,7 @@ help:
 	@echo "make bench   the benchmarks"
 	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
 	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
-	@echo "make chaos   every fault scenario on both locks, with and without the fence (20 minutes at most); writes docs/SAFETY.md"
+	@echo "make chaos   every fault scenario on both locks, with and without the fence, each on 3 seeds (60 minutes at most); writes docs/SAFETY.md"
 	@echo "make fuzz    run each fuzz target for a while"
 	@echo "make up      the docker-compose stack (5 masters, Postgres, 3 ordersd, fakepay, Prometheus on 127.0.0.1:19090); waits until every service is healthy"
 	@echo "make down    stop the stack and remove its volumes (compose-up / compose-down: aliases of up / down)"
@@ -68,10 +68,11 @@ lockbench: images
 orderbench: images
 	$(GO) run ./cmd/orderbench
 
-# Every chaos scenario on both locks, fenced and unfenced, bounded to 20 minutes; writes
+# Every chaos scenario on both locks, fenced and unfenced, each on 3 seeds (seed + 0..2),
+# bounded to 60 minutes; writes
 # docs/SAFETY.md. The short suite runs inside `make test` (TestChaosShort).
 chaos: images
-	$(GO) run ./cmd/chaos -timeout 20m -out docs/SAFETY.md
+	$(GO) run ./cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

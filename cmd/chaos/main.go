@@ -8,11 +8,17 @@
 //	go run ./cmd/chaos -only client-pause      # one scenario, on both locks
 //	go run ./cmd/chaos -lock etcdlock          # every scenario, on etcdlock only
 //	go run ./cmd/chaos -short                  # the scenarios of the short suite
+//	go run ./cmd/chaos -lock etcdlock -repeat 10   # each etcdlock row on 10 seeds
 //
-// It exits 1 when a verdict fails: a fenced run that lost an update,
-// accepted a stale fence or was not linearizable, a negative control that
-// caught nothing, or a double grant the restart guard should have stopped.
-// The run is bounded by -timeout (20 minutes by default).
+// A verdict from one run is a guess: -repeat N runs every selected row N
+// times, run k on seed -seed + k, all rows once before any row again, and
+// the table tallies each row over its runs ("0 double grants in 3 of 3
+// runs"). It exits 1 when a verdict fails in any run: a fenced run that
+// lost an update, accepted a stale fence or was not linearizable, a
+// negative control that caught nothing, or a double grant where the lock
+// must grant the key once. The run is bounded by -timeout (20 minutes by
+// default); at the bound it writes the table of the runs that finished and
+// fails.
 package main
 
 import (
@@ -48,11 +54,13 @@ type options struct {
 	locks   map[string]bool
 	short   bool
 	seed    uint64
+	repeat  int
 	out     string
 	timeout time.Duration
 	workers int
 	minRun  time.Duration
 	history string
+	args    []string // as given, for the table's header
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -60,9 +68,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	only := fs.String("only", "", "comma-separated scenario names (default: all)")
 	lock := fs.String("lock", "both", "the lock to run on: "+strings.Join(chaos.Locks, ", ")+" or both")
-	var o options
+	o := options{args: args}
 	fs.BoolVar(&o.short, "short", false, "only the scenarios of the short suite (make test)")
-	fs.Uint64Var(&o.seed, "seed", 20261201, "seed of every nemesis")
+	fs.Uint64Var(&o.seed, "seed", 20261201, "seed of every nemesis (run k of -repeat: seed + k)")
+	fs.IntVar(&o.repeat, "repeat", 1, "run every selected row this many times, each on its own seed (1..100)")
 	fs.StringVar(&o.out, "out", "", "write the Markdown table to this file (default: stdout)")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.IntVar(&o.workers, "workers", 4, "worker processes per run")
@@ -75,8 +84,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.timeout <= 0 || o.workers < 2 || o.workers > 16 {
-		return o, fmt.Errorf("bad -timeout %v or -workers %d (want > 0 and 2..16)", o.timeout, o.workers)
+	if o.timeout <= 0 || o.workers < 2 || o.workers > 16 || o.repeat < 1 || o.repeat > 100 {
+		return o, fmt.Errorf("bad -timeout %v, -workers %d or -repeat %d (want > 0, 2..16 and 1..100)", o.timeout, o.workers, o.repeat)
 	}
 	if o.locks, err = parseLock(*lock); err != nil {
 		return o, err
@@ -161,29 +170,30 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	defer env.Close()
 
-	var pairs []chaos.Pair
-	var failed []string
-	for _, sc := range o.selected() {
-		p, err := runPair(ctx, env, o, sc, logf)
-		if err != nil {
-			return err
-		}
-		if v := chaos.Verdict(p); len(v) > 0 {
-			failed = append(failed, sc.ID()+": "+strings.Join(v, "; "))
-		}
-		pairs = append(pairs, p)
+	pairs, done, err := runAll(ctx, env, o, logf)
+	if err != nil && len(pairs) == 0 {
+		return err
 	}
 	var buf bytes.Buffer
-	if err := chaos.WriteMarkdown(&buf, pairs, header(o, bed.Provider, time.Since(start))); err != nil {
-		return err
+	if werr := chaos.WriteMarkdown(&buf, pairs, header(o, bed.Provider, done, time.Since(start))); werr != nil {
+		return werr
 	}
 	if o.out == "" {
-		_, err = stdout.Write(buf.Bytes())
-	} else {
-		err = writeBlock(o.out, buf.String())
+		_, werr := stdout.Write(buf.Bytes())
+		if werr != nil {
+			return werr
+		}
+	} else if werr := writeBlock(o.out, buf.String()); werr != nil {
+		return werr
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("stopped after %d of %d repetitions (the table has the runs that finished): %w", done, o.repeat, err)
+	}
+	var failed []string
+	for _, r := range chaos.Rows(pairs) {
+		for _, f := range r.Failures() {
+			failed = append(failed, r.Scenario.ID()+" "+f)
+		}
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d verdicts failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
@@ -191,23 +201,46 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// runAll runs every selected row -repeat times, run k on seed -seed + k,
+// every row once before any row again; a row that does not apply is shown
+// once. It returns the pairs of the repetitions that finished, how many
+// did, and what stopped it early.
+func runAll(ctx context.Context, env *chaos.Env, o options, logf func(string, ...any)) ([]chaos.Pair, int, error) {
+	var pairs []chaos.Pair
+	for k := range o.repeat {
+		var round []chaos.Pair
+		for _, sc := range o.selected() {
+			if sc.NA != "" && k > 0 {
+				continue
+			}
+			p, err := runPair(ctx, env, o, sc, o.seed+uint64(k), logf)
+			if err != nil {
+				return pairs, k, err
+			}
+			round = append(round, p)
+		}
+		pairs = append(pairs, round...)
+	}
+	return pairs, o.repeat, nil
+}
+
 // runPair runs sc with the fence and without it, on the same seed; a
 // scenario that does not apply to its lock is not run.
-func runPair(ctx context.Context, env *chaos.Env, o options, sc chaos.Scenario, logf func(string, ...any)) (chaos.Pair, error) {
-	p := chaos.Pair{Scenario: sc}
+func runPair(ctx context.Context, env *chaos.Env, o options, sc chaos.Scenario, seed uint64, logf func(string, ...any)) (chaos.Pair, error) {
+	p := chaos.Pair{Scenario: sc, Seed: seed}
 	if sc.NA != "" {
 		logf("%-36s n/a: %s", sc.ID(), sc.NA)
 		return p, nil
 	}
 	for _, fenced := range []bool{true, false} {
-		res, err := env.Run(ctx, sc, fenced, o.seed)
+		res, err := env.Run(ctx, sc, fenced, seed)
 		if err != nil {
-			return p, fmt.Errorf("%s (fenced=%v): %w", sc.ID(), fenced, err)
+			return p, fmt.Errorf("%s seed %d (fenced=%v): %w", sc.ID(), seed, fenced, err)
 		}
-		logf("%-36s fenced=%-5v %3d faults %5d leases %5d accepted %3d rejected %3d refused  lost %3d  torn %3d  stale %3d  double grants %2d  linearizable %s  (%v)",
-			sc.ID(), fenced, res.Injected, res.Locks, res.Accepted, res.Rejected, res.Refused, res.Lost, res.Torn, res.StaleAccepted, res.Overlaps, res.Linearizable, res.Elapsed.Round(time.Second))
+		logf("%-36s seed %d fenced=%-5v %3d faults %5d leases %5d accepted %3d rejected %3d refused  lost %3d  torn %3d  stale %3d  double grants %2d  linearizable %s  (%v)",
+			sc.ID(), seed, fenced, res.Injected, res.Locks, res.Accepted, res.Rejected, res.Refused, res.Lost, res.Torn, res.StaleAccepted, res.Overlaps, res.Linearizable, res.Elapsed.Round(time.Second))
 		if o.history != "" {
-			if err := writeHistory(o.history, sc.ID(), fenced, res.History); err != nil {
+			if err := writeHistory(o.history, sc.ID(), seed, fenced, res.History); err != nil {
 				return p, err
 			}
 		}
@@ -221,11 +254,11 @@ func runPair(ctx context.Context, env *chaos.Env, o options, sc chaos.Scenario, 
 }
 
 // writeHistory writes one run's events, one JSON object per line.
-func writeHistory(dir, scenario string, fenced bool, events []chaos.Event) error {
+func writeHistory(dir, scenario string, seed uint64, fenced bool, events []chaos.Event) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	name := fmt.Sprintf("%s.fenced=%v.jsonl", strings.NewReplacer("/", "_", "=", "-", "@", ".").Replace(scenario), fenced)
+	name := fmt.Sprintf("%s.seed%d.fenced=%v.jsonl", strings.NewReplacer("/", "_", "=", "-", "@", ".").Replace(scenario), seed, fenced)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	for _, e := range events {
@@ -266,16 +299,21 @@ func splice(old, block string) string {
 	return old[:b] + wrapped + strings.TrimLeft(old[e+len(endMarker):], "\n")
 }
 
-func header(o options, provider string, took time.Duration) string {
+func header(o options, provider string, repetitions int, took time.Duration) string {
 	commit := "unknown"
 	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		commit = strings.TrimSpace(string(out))
 	}
 	var b strings.Builder
 	b.WriteString("## Under faults: the chaos suite\n\n")
-	b.WriteString("Written by `make chaos` (`go run ./cmd/chaos -out docs/SAFETY.md`); every figure below is from that run.\n\n")
-	fmt.Fprintf(&b, "Run: commit %s, %s provider, seed %d, %d worker processes per run, %d CPUs, %s, %v in all.\n\n",
-		commit, provider, o.seed, o.workers, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
+	fmt.Fprintf(&b, "Written by `%s` (`make chaos` runs `go run ./cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md`); every figure below is from that run.\n\n",
+		strings.Join(append([]string{"go run ./cmd/chaos"}, o.args...), " "))
+	seeds := fmt.Sprintf("seed %d", o.seed)
+	if repetitions > 1 {
+		seeds = fmt.Sprintf("every row run %d times, on seeds %d to %d", repetitions, o.seed, o.seed+uint64(repetitions)-1)
+	}
+	fmt.Fprintf(&b, "Run: commit %s, %s provider, %s, %d worker processes per run, %d CPUs, %s, %v in all.\n\n",
+		commit, provider, seeds, o.workers, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), took.Round(time.Second))
 	b.WriteString(workload + definitions)
 	return b.String()
 }
@@ -315,6 +353,10 @@ const definitions = `- **violations**: lost updates (accepted decrements that th
   did not take exactly the cart's units off the row as it stood, or lines of a cart that did not commit), and
   the fence order, double grants and linearizability per product key. Its unfenced run must lose units and
   tear a cart.
+- Every row runs on several seeds (` + "`-repeat`" + `; run k on seed ` + "`-seed`" + ` + k), and each figure is tallied over
+  its runs: "0 double grants in 3 of 3 runs" where it was 0 in every run, otherwise in how many runs it was not
+  0 and each run's figure in seed order ("double grants in 1 of 3 runs (0, 1, 0)"); lost and stale accepted are
+  sums. The verdict says in how many runs the row passed, or names the seed of every run that failed.
 - The counts of leases and writes move from run to run with the machine's timing; what a rerun reproduces is
   what the verdicts assert: 0 violations with fencing, rejections and unfenced losses in the staged rows, double
   grants where quorum's restart guard is off, where a Redis node's wall clock jumps, and where the etcd leader's

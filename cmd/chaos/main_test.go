@@ -5,12 +5,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quorumlock/quorumlock/integration/chaos"
 )
 
 func TestParse(t *testing.T) {
-	o, err := parse([]string{"-only", "client-pause, clock-jump", "-seed", "7"}, io.Discard)
+	o, err := parse([]string{"-only", "client-pause, clock-jump", "-seed", "7", "-repeat", "3"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,8 +20,12 @@ func TestParse(t *testing.T) {
 		ids = append(ids, sc.ID())
 	}
 	want := []string{"client-pause@quorum", "client-pause@etcdlock", "clock-jump@quorum", "clock-jump@etcdlock"}
-	if !slices.Equal(ids, want) || o.seed != 7 || o.bedOptions().Etcd != 3 {
-		t.Fatalf("selected %v, seed %d, bed %+v; want %v, 7 and etcd", ids, o.seed, o.bedOptions(), want)
+	if !slices.Equal(ids, want) || o.seed != 7 || o.repeat != 3 || o.bedOptions().Etcd != 3 {
+		t.Fatalf("selected %v, seed %d, repeat %d, bed %+v; want %v, 7, 3 and etcd", ids, o.seed, o.repeat, o.bedOptions(), want)
+	}
+	if h := header(o, "local", 3, time.Minute); !strings.Contains(h, "every row run 3 times, on seeds 7 to 9") ||
+		!strings.Contains(h, "`go run ./cmd/chaos -only client-pause, clock-jump -seed 7 -repeat 3`") {
+		t.Errorf("header: %s", h)
 	}
 	o, err = parse([]string{"-only", "carts", "-lock", "etcdlock"}, io.Discard)
 	if err != nil {
@@ -48,7 +53,7 @@ func TestParse(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{
-		{"-only", "nope"}, {"-workers", "1"}, {"-timeout", "0s"}, {"extra"}, {"-seed", "x"}, {"-lock", "zookeeper"},
+		{"-only", "nope"}, {"-workers", "1"}, {"-repeat", "0"}, {"-repeat", "101"}, {"-timeout", "0s"}, {"extra"}, {"-seed", "x"}, {"-lock", "zookeeper"},
 	} {
 		if _, err := parse(bad, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)

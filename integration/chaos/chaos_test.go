@@ -54,25 +54,25 @@ func TestVerdict(t *testing.T) {
 	ok := Result{Accepted: 10, Rejected: 2, Injected: 2, Linearizable: "yes"}
 	plain := Result{Accepted: 10, Lost: 2, StaleAccepted: 2, Injected: 2, Linearizable: "-"}
 	staged := Scenario{Name: "s", Staged: true, DoubleGrant: yes(), drive: quiet(0)}
-	if v := Verdict(Pair{staged, ok, withOverlaps(plain, 1)}); len(v) != 0 {
+	if v := Verdict(Pair{Scenario: staged, Fenced: ok, Plain: withOverlaps(plain, 1)}); len(v) != 0 {
 		t.Fatalf("a good pair failed: %v", v)
 	}
 	carts := Scenario{Name: "c", Carts: true, Staged: true, DoubleGrant: no(), drive: quiet(0)}
-	if v := Verdict(Pair{carts, ok, withTorn(plain, 1)}); len(v) != 0 {
+	if v := Verdict(Pair{Scenario: carts, Fenced: ok, Plain: withTorn(plain, 1)}); len(v) != 0 {
 		t.Fatalf("a good cart pair failed: %v", v)
 	}
 	// Negative controls: each must be caught.
 	bad := map[string]Pair{
-		"fenced run lost an update":       {staged, withViolation(ok), withOverlaps(plain, 1)},
-		"negative control caught nothing": {staged, ok, withOverlaps(Result{Accepted: 10, Injected: 2}, 1)},
-		"no stale write rejected":         {staged, Result{Accepted: 10, Injected: 2}, withOverlaps(plain, 1)},
-		"no double grant":                 {staged, ok, plain},
-		"double grant with guard":         {Scenario{Name: "g", DoubleGrant: no(), drive: quiet(0)}, ok, withOverlaps(plain, 1)},
-		"no progress":                     {Scenario{Name: "p", drive: quiet(0)}, Result{Injected: 1}, plain},
-		"no fault":                        {Scenario{Name: "f", drive: quiet(0)}, Result{Accepted: 3}, plain},
-		"cart check caught nothing":       {carts, ok, withTorn(plain, 0)},
-		"cart lost nothing":               {carts, ok, withTorn(Result{Accepted: 10, Injected: 2}, 1)},
-		"fenced cart torn":                {carts, withTorn(ok, 1), withTorn(plain, 1)},
+		"fenced run lost an update":       {Scenario: staged, Fenced: withViolation(ok), Plain: withOverlaps(plain, 1)},
+		"negative control caught nothing": {Scenario: staged, Fenced: ok, Plain: withOverlaps(Result{Accepted: 10, Injected: 2}, 1)},
+		"no stale write rejected":         {Scenario: staged, Fenced: Result{Accepted: 10, Injected: 2}, Plain: withOverlaps(plain, 1)},
+		"no double grant":                 {Scenario: staged, Fenced: ok, Plain: plain},
+		"double grant with guard":         {Scenario: Scenario{Name: "g", DoubleGrant: no(), drive: quiet(0)}, Fenced: ok, Plain: withOverlaps(plain, 1)},
+		"no progress":                     {Scenario: Scenario{Name: "p", drive: quiet(0)}, Fenced: Result{Injected: 1}, Plain: plain},
+		"no fault":                        {Scenario: Scenario{Name: "f", drive: quiet(0)}, Fenced: Result{Accepted: 3}, Plain: plain},
+		"cart check caught nothing":       {Scenario: carts, Fenced: ok, Plain: withTorn(plain, 0)},
+		"cart lost nothing":               {Scenario: carts, Fenced: ok, Plain: withTorn(Result{Accepted: 10, Injected: 2}, 1)},
+		"fenced cart torn":                {Scenario: carts, Fenced: withTorn(ok, 1), Plain: withTorn(plain, 1)},
 	}
 	for name, p := range bad {
 		if v := Verdict(p); len(v) == 0 {
@@ -198,18 +198,26 @@ func TestDigestUntilMoves(t *testing.T) {
 	}
 }
 
+// The table tallies every row over its runs: three seeds of client-pause
+// on both locks, one etcdlock run of which granted the key twice, and a row
+// that does not apply.
 func TestWriteMarkdown(t *testing.T) {
 	var pairs []Pair
-	for _, sc := range Scenarios() {
-		if sc.Name != "client-pause" && sc.Name != clockJumpMonotonic {
-			continue
+	for seed := uint64(11); seed <= 13; seed++ {
+		for _, sc := range Scenarios() {
+			if sc.Name != "client-pause" && sc.Name != clockJumpMonotonic || sc.NA != "" && seed > 11 {
+				continue
+			}
+			p := Pair{Scenario: sc, Seed: seed}
+			if sc.NA == "" {
+				p.Fenced = Result{Accepted: 10, Rejected: 2, Injected: 3, Linearizable: "yes"}
+				p.Plain = Result{Accepted: 10, Lost: 2, Injected: 3, Linearizable: "-"}
+			}
+			if sc.Lock == LockEtcd && sc.Name == "client-pause" && seed == 12 {
+				p.Fenced.Overlaps = 1
+			}
+			pairs = append(pairs, p)
 		}
-		p := Pair{Scenario: sc}
-		if sc.NA == "" {
-			p.Fenced = Result{Accepted: 10, Rejected: 2, Injected: 3, Linearizable: "yes"}
-			p.Plain = Result{Accepted: 10, Lost: 2, Injected: 3, Linearizable: "-"}
-		}
-		pairs = append(pairs, p)
 	}
 	var b strings.Builder
 	if err := WriteMarkdown(&b, pairs, "# head\n"); err != nil {
@@ -218,19 +226,24 @@ func TestWriteMarkdown(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"| scenario | quorum: with fencing | quorum: without fencing | etcdlock: with fencing | etcdlock: without fencing | verdicts |",
-		`| <a id="client-pause"></a>client-pause | **0** (lost 0`,
-		"quorum: pass; etcdlock: pass |",
+		`| <a id="client-pause"></a>client-pause | **0 violations in 3 of 3 runs** (lost 0, stale accepted 0, linearizable in 3 of 3); 6 stale writes rejected; 0 double grants in 3 of 3 runs | **violations in 3 of 3 runs (2, 2, 2)** (lost 6, stale accepted 0); 0 double grants in 3 of 3 runs |`,
+		"6 stale writes rejected; double grants in 1 of 3 runs (0, 1, 0) |",
+		"quorum: pass in 3 of 3 runs; etcdlock: FAIL in 1 of 3 runs: seed 12: 1 double grants where the lock must grant the key once |",
 		`| <a id="clock-jump-monotonic"></a>clock-jump-monotonic | n/a | n/a |`,
 		`| <a id="client-pause-etcdlock"></a>client-pause | etcdlock |`,
-		"`go run ./cmd/chaos -only client-pause -lock etcdlock` (pass)",
+		"| 3 runs (seeds 11 to 13); 18 faults; 0 + 0 leases; 30 + 30 writes accepted, 6 + 0 rejected |",
+		"`go run ./cmd/chaos -only client-pause -lock quorum -seed 11 -repeat 3` (pass in 3 of 3 runs)",
 		"| **n/a on quorum**: the bed moves no Redis",
 		// The etcd monotonic row is staged and must double grant: the
 		// results above do not, and its verdict says so.
-		"etcdlock: FAIL: no double grant",
+		"etcdlock: FAIL in 3 of 3 runs: seed 11: no double grant",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
+	}
+	if rows := Rows(pairs); len(rows) != 4 || len(rows[0].Pairs) != 3 || len(rows[2].Pairs) != 1 {
+		t.Errorf("rows: %d, first with %d runs", len(rows), len(rows[0].Pairs))
 	}
 }
 
