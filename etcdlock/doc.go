@@ -38,14 +38,19 @@
 // change (a leader killed, paused, partitioned or restarted) only moves
 // etcd's expiry later. Until therefore comes before etcd's expiry as
 // long as the leader's monotonic clock runs no faster than the client's by
-// more than the drift allowance; a leader whose monotonic clock jumps
-// forward (a VM resumed from suspend) can expire the lease before Until,
-// and only a fence stops the late holder then. Wall-clock jumps do not
-// matter: etcd and the client both measure with monotonic clocks.
+// more than the drift allowance. Two exceptions break it, and only a fence
+// stops the late holder then: a leader whose monotonic clock jumps forward
+// (a VM resumed from suspend) expires leases early; and a leader stuck
+// long enough to be replaced (a slow fsync, a starved CPU, a pause) can,
+// on etcd releases without the fix of etcd issue 15247, still answer
+// refreshes meanwhile and, once it runs again, revoke leases by its own
+// stale clock. Wall-clock jumps do not matter: etcd and the client both
+// measure with monotonic clocks.
 //
 // etcdlock itself never hands a key on before that Until. A session ends
 // only when etcd no longer knows its lease, when no refresh was answered
-// within the validity, or at Close. The client's keep-alive ending is not
+// within the validity, when a Lock finds its own recipe key gone, or at
+// Close. The client's keep-alive ending is not
 // a loss: the client gives a lease up once its own last answer is a TTL
 // old (after a pause of the process, say), while a later refresh of the
 // Locker's may still hold it, so the Locker asks etcd and goes on

@@ -87,7 +87,10 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 }
 
 // Close ends the session (its locks are lost, and its etcd lease is
-// revoked, which deletes their keys) and waits for background work: the
+// revoked, which deletes their keys), revokes at once the etcd leases of
+// sessions that ended earlier and were waiting for their Until to pass
+// (their holders in this process are still inside it: closing the Locker
+// gives their keys up), and waits for background work: the
 // keep-alive listener, releases retried after an unconfirmed Unlock, and
 // the cleanup of Lock calls that gave up, each bounded by etcd answering
 // or the client closing.
