@@ -299,6 +299,9 @@ func splice(old, block string) string {
 	return old[:b] + wrapped + strings.TrimLeft(old[e+len(endMarker):], "\n")
 }
 
+// makeChaosArgs are the arguments `make chaos` runs with.
+const makeChaosArgs = "-repeat 3 -timeout 60m -out docs/SAFETY.md"
+
 func header(o options, provider string, repetitions int, took time.Duration) string {
 	commit := "unknown"
 	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
@@ -306,8 +309,11 @@ func header(o options, provider string, repetitions int, took time.Duration) str
 	}
 	var b strings.Builder
 	b.WriteString("## Under faults: the chaos suite\n\n")
-	fmt.Fprintf(&b, "Written by `%s` (`make chaos` runs `go run ./cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md`); every figure below is from that run.\n\n",
-		strings.Join(append([]string{"go run ./cmd/chaos"}, o.args...), " "))
+	by := "`" + strings.Join(append([]string{"go run ./cmd/chaos"}, o.args...), " ") + "`"
+	if strings.Join(o.args, " ") == makeChaosArgs {
+		by = "`make chaos` (" + by + ")"
+	}
+	fmt.Fprintf(&b, "Written by %s; every figure below is from that run.\n\n", by)
 	seeds := fmt.Sprintf("seed %d", o.seed)
 	if repetitions > 1 {
 		seeds = fmt.Sprintf("every row run %d times, on seeds %d to %d", repetitions, o.seed, o.seed+uint64(repetitions)-1)

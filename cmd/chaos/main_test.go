@@ -27,6 +27,13 @@ func TestParse(t *testing.T) {
 		!strings.Contains(h, "`go run ./cmd/chaos -only client-pause, clock-jump -seed 7 -repeat 3`") {
 		t.Errorf("header: %s", h)
 	}
+	mo, err := parse(strings.Fields(makeChaosArgs), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := header(mo, "docker", 3, time.Minute); !strings.Contains(h, "Written by `make chaos` (`go run ./cmd/chaos "+makeChaosArgs+"`)") {
+		t.Errorf("make chaos header: %s", h)
+	}
 	o, err = parse([]string{"-only", "carts", "-lock", "etcdlock"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
