@@ -2,13 +2,16 @@ package testbed_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quorumlock/quorumlock/integration/testbed"
+	"github.com/quorumlock/quorumlock/internal/wait"
 )
 
 // timesOut checks that a read through c fails, and not at once: the
@@ -187,6 +190,30 @@ func bestOf(t *testing.T, n int, f func() error) time.Duration {
 	return best
 }
 
+// putThroughElections puts key, trying again, within d in all, when etcd
+// answers that the request timed out because the leader changed or its
+// connection to it was lost: a leader whose raft messages are delayed on a
+// loaded machine can miss heartbeats and lose an election, which is not the
+// latency under test.
+func putThroughElections(ctx context.Context, c *clientv3.Client, key, val string, d time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		_, err := c.Put(pctx, key, val)
+		switch {
+		case err == nil:
+			return nil
+		case pctx.Err() != nil:
+			return err
+		case errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
+			errors.Is(err, rpctypes.ErrLeaderChanged), errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout):
+			_ = wait.Sleep(pctx, 100*time.Millisecond) // an election takes at least that
+			continue
+		}
+		return err
+	}
+}
+
 // testEtcdLatency delays one member: reads through its address are slower
 // by the delay, and writes the leader commits wait for its delayed raft
 // messages.
@@ -198,12 +225,7 @@ func testEtcdLatency(t *testing.T, bed *testbed.Bed) {
 	c, viaFollower := etcdClient(t, leader.Addr()), etcdClient(t, followers[0].Addr())
 	wantEtcd(t, ctx, c, "hello", "world", false)
 	read := func() error { _, err := etcdGet(ctx, c, "hello", 10*time.Second, true); return err }
-	write := func() error {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_, err := viaFollower.Put(pctx, "latency", "x")
-		return err
-	}
+	write := func() error { return putThroughElections(ctx, viaFollower, "latency", "x", 10*time.Second) }
 	readBase, writeBase := bestOf(t, 5, read), bestOf(t, 5, write)
 	if err := leader.AddLatency(ctx, delay); err != nil {
 		t.Fatal(err)
