@@ -55,7 +55,7 @@ test-go:
 # The bed's own tests and the integration suites again on local processes,
 # so both providers are exercised.
 test-local:
-	QUORUMLOCK_TESTBED=local $(GO) test -count=1 -timeout 15m ./integration/...
+	QUORUMLOCK_TESTBED=local $(GO) test -count=1 -timeout 15m ./integration/... ./devtools/...
 
 test: images lint test-go test-local
 
@@ -63,16 +63,16 @@ bench: images
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
 
 lockbench: images
-	$(GO) run ./cmd/lockbench -json lockbench.json -plot lockbench.png
+	$(GO) run ./devtools/cmd/lockbench -json lockbench.json -plot lockbench.png
 
 orderbench: images
-	$(GO) run ./cmd/orderbench
+	$(GO) run ./devtools/cmd/orderbench
 
 # Every chaos scenario on both locks, fenced and unfenced, each on 3 seeds (seed + 0..2),
 # bounded to 60 minutes; writes
 # docs/SAFETY.md. The short suite runs inside `make test` (TestChaosShort).
 chaos: images
-	$(GO) run ./cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md
+	$(GO) run ./devtools/cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
@@ -93,7 +93,7 @@ demo:
 # compose/.env), healthy or a report of what is not; compose/README.md.
 up: images
 	CGO_ENABLED=0 $(GO) build -o compose/bin/ordersd ./cmd/ordersd
-	CGO_ENABLED=0 $(GO) build -o compose/bin/fakepay ./cmd/fakepay
+	CGO_ENABLED=0 $(GO) build -o compose/bin/fakepay ./devtools/cmd/fakepay
 	CGO_ENABLED=0 $(GO) build -o compose/bin/shipper ./cmd/shipper
 	cd compose && docker-compose up -d --build
 	@bash compose/wait-healthy.sh

@@ -9,11 +9,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/quorumlock/quorumlock/devtools/locktest"
+	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/devtools/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/etcdlock"
-	"github.com/quorumlock/quorumlock/integration/locktest"
-	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
-	"github.com/quorumlock/quorumlock/integration/testbed/etcdbed"
 )
 
 // newClient returns a client of the bed's cluster, closed when the test

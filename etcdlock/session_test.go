@@ -8,9 +8,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/etcdlock"
-	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/integration/chaos"
-	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/devtools/chaos"
+	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 )
 
 // TestChaosShort is the short chaos suite: the scenarios marked Short, on

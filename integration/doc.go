@@ -1,7 +1,7 @@
 // Package integration holds the suites that run the whole chain on real
 // servers with faults injected: five Redis masters and Postgres from
-// integration/testbed, faults planned by integration/nemesis, and verdicts
-// counted by integration/checker.
+// devtools/testbed, faults planned by devtools/nemesis, and verdicts
+// counted by devtools/checker.
 //
 // The suites are tests only; this file exists so the package has a doc.
 package integration

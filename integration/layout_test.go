@@ -9,30 +9,28 @@ import (
 
 const mod = "github.com/quorumlock/quorumlock"
 
-// devTools are the only packages outside integration/ whose build may link
-// integration/... (the test bed and the test support beside it): the dev
-// tools of cmd/. Production packages and the other commands may not.
-var devTools = []string{mod + "/cmd/quorumbed", mod + "/cmd/lockbench", mod + "/cmd/orderbench", mod + "/cmd/chaos"}
+// The development tools (the bed, the nemesis, the checkers, the audit, the
+// fakes and the dev commands) live under devtools/; the suites under
+// integration/. Only packages in those two trees may link a devtools/
+// package in their non-test build: the place decides, not a list.
 
-// TestOnlyDevToolsLinkTestSupport keeps the test bed and the test support
-// (storetest, payfake, audit, ...) out of every production package: none
-// outside integration/ and the dev tools imports an integration/ package
-// in its non-test build (go list -deps without -test leaves tests out), on
-// the default build and on each build tag the repository uses.
-func TestOnlyDevToolsLinkTestSupport(t *testing.T) {
+// TestOnlyDevToolsLinkDevTools keeps the dev tools out of every production
+// package: none outside devtools/ and integration/ imports a devtools/
+// package in its non-test build (go list -deps without -test leaves tests
+// out), on the default build and on each build tag the repository uses.
+func TestOnlyDevToolsLinkDevTools(t *testing.T) {
 	for _, tags := range []string{"", "failpoints", "nodocker"} {
 		imports := moduleImports(t, tags)
 		// The listing must hold the edges the rule is about, or an empty
 		// one would pass: a dev tool that links the bed, and production.
-		if !slices.Contains(imports[mod+"/cmd/quorumbed"], mod+"/integration/testbed") {
-			t.Fatalf("tags %q: go list shows no cmd/quorumbed -> integration/testbed import; the listing is not the module's", tags)
+		if !slices.Contains(imports[mod+"/devtools/cmd/quorumbed"], mod+"/devtools/testbed") {
+			t.Fatalf("tags %q: go list shows no devtools/cmd/quorumbed -> devtools/testbed import; the listing is not the module's", tags)
 		}
 		if _, ok := imports[mod+"/orders"]; !ok {
 			t.Fatalf("tags %q: go list does not list %s/orders", tags, mod)
 		}
 		for _, o := range offenders(imports) {
-			t.Errorf("tags %q: %s: only integration/... and the dev tools (%s) may link test support",
-				tags, o, strings.Join(devTools, ", "))
+			t.Errorf("tags %q: %s: only devtools/... and integration/... may link the dev tools", tags, o)
 		}
 		// Negative control on the real listing: one production import of
 		// the bed added, and the check must name it.
@@ -40,8 +38,8 @@ func TestOnlyDevToolsLinkTestSupport(t *testing.T) {
 		for p, deps := range imports {
 			bad[p] = deps
 		}
-		bad[mod+"/orders"] = append(slices.Clip(bad[mod+"/orders"]), mod+"/integration/testbed")
-		if got, want := offenders(bad), mod+"/orders imports "+mod+"/integration/testbed"; !slices.Contains(got, want) {
+		bad[mod+"/orders"] = append(slices.Clip(bad[mod+"/orders"]), mod+"/devtools/testbed")
+		if got, want := offenders(bad), mod+"/orders imports "+mod+"/devtools/testbed"; !slices.Contains(got, want) {
 			t.Fatalf("tags %q: offenders missed an added import: got %q, want it to hold %q", tags, got, want)
 		}
 	}
@@ -52,21 +50,23 @@ func TestOnlyDevToolsLinkTestSupport(t *testing.T) {
 // integration/ package (the bare package included), and only those.
 func TestOffendersCatchesEachKind(t *testing.T) {
 	imports := map[string][]string{
-		mod + "/orders":                {mod + "/orders/store", mod + "/integration/testbed"},
-		mod + "/orders/payment":        {"context", mod + "/integration/payfake"},
-		mod + "/cmd/ordersd":           {mod + "/integration"},
-		mod + "/cmd/quorumbedx":        {mod + "/integration/audit"}, // a dev tool's name is matched whole
-		mod + "/cmd/quorumbed":         {mod + "/integration/testbed", mod + "/integration/audit"},
-		mod + "/cmd/chaos":             {mod + "/integration/chaos"},
-		mod + "/integration/storetest": {mod + "/integration/testbed", mod + "/orders/store"},
-		mod + "/internal/tools":        {mod + "/integrationkit"}, // not under integration/
-		"example.com/other":            {mod + "/integration/testbed"},
+		mod + "/orders":                   {mod + "/orders/store", mod + "/devtools/testbed"},
+		mod + "/orders/payment":           {"context", mod + "/devtools/fakepay"},
+		mod + "/cmd/ordersd":              {mod + "/devtools"},
+		mod + "/cmd/quorumbed":            {mod + "/devtools/testbed"}, // a command outside devtools/
+		mod + "/devtoolsx/cmd":            {mod + "/devtools/audit"},   // a tree's name is matched whole
+		mod + "/devtools/cmd/quorumbed":   {mod + "/devtools/testbed", mod + "/devtools/audit"},
+		mod + "/devtools/storetest":       {mod + "/devtools/testbed", mod + "/orders/store"},
+		mod + "/integration/storetestuse": {mod + "/devtools/storetest"},
+		mod + "/internal/tools":           {mod + "/devtoolskit"}, // not under devtools/
+		"example.com/other":               {mod + "/devtools/testbed"},
 	}
 	want := []string{
-		mod + "/cmd/ordersd imports " + mod + "/integration",
-		mod + "/cmd/quorumbedx imports " + mod + "/integration/audit",
-		mod + "/orders imports " + mod + "/integration/testbed",
-		mod + "/orders/payment imports " + mod + "/integration/payfake",
+		mod + "/cmd/ordersd imports " + mod + "/devtools",
+		mod + "/cmd/quorumbed imports " + mod + "/devtools/testbed",
+		mod + "/devtoolsx/cmd imports " + mod + "/devtools/audit",
+		mod + "/orders imports " + mod + "/devtools/testbed",
+		mod + "/orders/payment imports " + mod + "/devtools/fakepay",
 	}
 	if got := offenders(imports); !slices.Equal(got, want) {
 		t.Fatalf("offenders:\n got %q\nwant %q", got, want)
@@ -76,17 +76,16 @@ func TestOffendersCatchesEachKind(t *testing.T) {
 	}
 }
 
-// offenders lists, sorted, each import of an integration/ package by a
-// package of the module that is neither under integration/ nor a dev tool,
-// as "pkg imports dep".
+// offenders lists, sorted, each import of a devtools/ package by a package
+// of the module outside devtools/ and integration/, as "pkg imports dep".
 func offenders(imports map[string][]string) []string {
 	var out []string
 	for pkg, deps := range imports {
-		if !strings.HasPrefix(pkg, mod+"/") || isTestSupport(pkg) || slices.Contains(devTools, pkg) {
+		if !strings.HasPrefix(pkg, mod+"/") || under(pkg, "devtools") || under(pkg, "integration") {
 			continue
 		}
 		for _, d := range deps {
-			if isTestSupport(d) {
+			if under(d, "devtools") {
 				out = append(out, pkg+" imports "+d)
 			}
 		}
@@ -95,9 +94,9 @@ func offenders(imports map[string][]string) []string {
 	return out
 }
 
-// isTestSupport reports whether p is integration or a package under it.
-func isTestSupport(p string) bool {
-	return p == mod+"/integration" || strings.HasPrefix(p, mod+"/integration/")
+// under reports whether p is the module's tree dir or a package in it.
+func under(p, dir string) bool {
+	return p == mod+"/"+dir || strings.HasPrefix(p, mod+"/"+dir+"/")
 }
 
 // moduleImports runs go list -deps over the module's packages with the

@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/devtools/checker"
+	"github.com/quorumlock/quorumlock/devtools/nemesis"
+	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/fencing"
-	"github.com/quorumlock/quorumlock/integration/checker"
-	"github.com/quorumlock/quorumlock/integration/nemesis"
-	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 

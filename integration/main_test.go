@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/quorumlock/quorumlock/integration/chaos"
+	"github.com/quorumlock/quorumlock/devtools/chaos"
 )
 
 // TestMain lets this test binary double as a chaos worker process: the

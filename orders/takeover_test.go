@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"

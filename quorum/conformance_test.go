@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/integration/locktest"
+	"github.com/quorumlock/quorumlock/devtools/locktest"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 

@@ -46,7 +46,7 @@ fi
 tags=noetcd
 [ "$provider" = local ] && tags=noetcd,nodocker
 echo "demo: building ordersd, quorumctl, shipper and quorumbed (provider: $provider)"
-"$GO" build -tags "$tags" -o bin/ ./cmd/ordersd ./cmd/quorumctl ./cmd/shipper ./cmd/quorumbed
+"$GO" build -tags "$tags" -o bin/ ./cmd/ordersd ./cmd/quorumctl ./cmd/shipper ./devtools/cmd/quorumbed
 
 if [ -n "$deps_pid" ]; then
 	if ! wait "$deps_pid"; then

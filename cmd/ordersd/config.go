@@ -377,7 +377,7 @@ func (c config) checkEndpoints() error {
 		errs = append(errs, errors.New("ORDERS_DATABASE_URL is empty"))
 	}
 	if c.paymentURL == "" {
-		errs = append(errs, errors.New("ORDERS_PAYMENT_URL is empty: give the payment provider's base URL (cmd/fakepay for development)"))
+		errs = append(errs, errors.New("ORDERS_PAYMENT_URL is empty: give the payment provider's base URL (devtools/cmd/fakepay for development)"))
 	} else if u, err := url.Parse(c.paymentURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("ORDERS_PAYMENT_URL %q: want an http or https URL with a host", c.paymentURL))
 	}

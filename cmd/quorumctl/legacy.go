@@ -23,7 +23,7 @@ func movedCmd(name string) *cobra.Command {
 		DisableFlagParsing: true, // the earlier flags are quorumbed's
 		RunE: func(_ *cobra.Command, args []string) error {
 			line := strings.Join(append([]string{name}, args...), " ")
-			return usageError("%s moved to quorumbed, a separate command that links the test bed: go run ./cmd/quorumbed %s", name, line)
+			return usageError("%s moved to quorumbed, a separate command that links the test bed: go run ./devtools/cmd/quorumbed %s", name, line)
 		},
 	}
 }

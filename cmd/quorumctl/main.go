@@ -2,7 +2,7 @@
 // quorumlock deployment. It is the binary to copy to production hosts: it
 // links neither the test bed nor the testing package nor a Docker client
 // (TestNoTestDependencies keeps it so). The test bed and the seed demo are
-// cmd/quorumbed's.
+// devtools/cmd/quorumbed's.
 //
 //	quorumctl trust --addrs A,B,...   vouch for brand-new Redis masters to the lock's
 //	                                  restart guard, until each one's next restart
@@ -161,7 +161,7 @@ func (a *app) rootCmd() *cobra.Command {
 		Long: `quorumctl answers an on-call engineer's questions about a running
 quorumlock deployment (status, inspect, lock, unlock, fence, invariants) and
 vouches for brand-new Redis masters to the lock's restart guard (trust). The
-test bed and the seed demo are quorumbed's (go run ./cmd/quorumbed).
+test bed and the seed demo are quorumbed's (go run ./devtools/cmd/quorumbed).
 
 The operator commands read ordersd's configuration: ORDERS_REDIS_ADDRS,
 ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE), ORDERS_REDIS_USERNAME,

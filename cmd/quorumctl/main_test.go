@@ -18,9 +18,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/integration/storetest"
-	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/devtools/storetest"
+	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/internal/cliflags"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -99,8 +99,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, nil, 2, "no command given"},
 		{nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		// The test bed's commands are quorumbed's.
-		{nil, []string{"bed", "-redis", "x"}, 2, "bed moved to quorumbed, a separate command that links the test bed: go run ./cmd/quorumbed bed -redis x"},
-		{nil, []string{"demo", "-ordersd", "bin/ordersd"}, 2, "go run ./cmd/quorumbed demo -ordersd bin/ordersd"},
+		{nil, []string{"bed", "-redis", "x"}, 2, "bed moved to quorumbed, a separate command that links the test bed: go run ./devtools/cmd/quorumbed bed -redis x"},
+		{nil, []string{"demo", "-ordersd", "bin/ordersd"}, 2, "go run ./devtools/cmd/quorumbed demo -ordersd bin/ordersd"},
 		{nil, []string{"trust"}, 2, "--addrs names no node"},
 		{nil, []string{"trust", "-addrs", " , "}, 2, "--addrs names no node"},
 		// No key, bad durations, bad address lists, bad output formats.
@@ -716,7 +716,7 @@ func TestNoTestDependencies(t *testing.T) {
 	for _, root := range []string{
 		"testing",
 		"github.com/testcontainers/testcontainers-go",
-		"github.com/quorumlock/quorumlock/integration/testbed",
+		"github.com/quorumlock/quorumlock/devtools/testbed",
 		"github.com/moby/moby/client", // the Docker client testcontainers-go brings
 	} {
 		if c := chain(root); c != nil {

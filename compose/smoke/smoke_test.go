@@ -218,9 +218,9 @@ func (s *stack) buildContext(ctx context.Context) string {
 	if err != nil {
 		s.fatalf("go is not on PATH: %v", err)
 	}
-	out, err := s.runEnv(ctx, buildTimeout, repoRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-o", bin, "./cmd/ordersd", "./cmd/fakepay", "./cmd/shipper")
+	out, err := s.runEnv(ctx, buildTimeout, repoRoot, []string{"CGO_ENABLED=0"}, goBin, "build", "-o", bin, "./cmd/ordersd", "./devtools/cmd/fakepay", "./cmd/shipper")
 	if err != nil {
-		s.fatalf("CGO_ENABLED=0 go build ./cmd/ordersd ./cmd/fakepay ./cmd/shipper: %v\n%s", err, out)
+		s.fatalf("CGO_ENABLED=0 go build ./cmd/ordersd ./devtools/cmd/fakepay ./cmd/shipper: %v\n%s", err, out)
 	}
 	for _, name := range []string{"ordersd.Dockerfile", ".dockerignore"} {
 		b, err := os.ReadFile(filepath.Join(composeDir, name))

@@ -1,5 +1,5 @@
-// Package benchkit holds what the benchmark commands (cmd/lockbench and
-// cmd/orderbench) share: latency summaries with nearest-rank percentiles,
+// Package benchkit holds what the benchmark commands (devtools/cmd/lockbench and
+// devtools/cmd/orderbench) share: latency summaries with nearest-rank percentiles,
 // medians and ratios, latency formatting for tables, latency CDF panels
 // drawn with gonum/plot into one PNG file, and the progress bar.
 // It is for commands only: no library package imports it.

@@ -8,14 +8,14 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/quorumlock/quorumlock/devtools/fakepay"
 	"github.com/quorumlock/quorumlock/orders/payment"
-	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 )
 
 // Every charge of an order carries the same payment request id, so a
 // provider charges it once: when the reply of a charge that went through
 // is lost, Query finds the charge, and charging again moves no money. The
-// provider here is the HTTP fake that cmd/fakepay serves.
+// provider here is the HTTP fake that devtools/cmd/fakepay serves.
 func ExampleNewHTTPProvider() {
 	fp, err := fakepay.New()
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/devtools/fakepay"
 	"github.com/quorumlock/quorumlock/orders/payment"
-	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 )
 
 // httpBed is a fakepay server behind httptest, with a middleware that can

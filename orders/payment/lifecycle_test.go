@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/integration/payfake"
+	"github.com/quorumlock/quorumlock/devtools/fakepay"
+	"github.com/quorumlock/quorumlock/devtools/payfake"
 	"github.com/quorumlock/quorumlock/orders/payment"
-	"github.com/quorumlock/quorumlock/orders/payment/fakepay"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )

@@ -13,9 +13,9 @@
 // orders, asks the provider about the same id, and settles them; if the
 // provider never saw the charge, it sends it again with the same id.
 //
-// [HTTPProvider] talks to a provider over HTTP; orders/payment/fakepay is
-// the HTTP fake provider that cmd/fakepay serves. The in-process fake for
-// tests is test support, in integration/payfake.
+// [HTTPProvider] talks to a provider over HTTP; devtools/fakepay is
+// the HTTP fake provider that devtools/cmd/fakepay serves. The in-process fake for
+// tests is test support, in devtools/payfake.
 package payment
 
 import (

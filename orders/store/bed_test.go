@@ -3,8 +3,8 @@ package store_test
 import (
 	"testing"
 
-	"github.com/quorumlock/quorumlock/integration/testbed"
-	"github.com/quorumlock/quorumlock/integration/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 )
 
 // startPostgres starts the test bed's Postgres for one top-level test.

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/internal/benchkit"
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// bench is the command's bed, database and the one HTTP client every
+// simulated user shares.
+type bench struct {
+	cfg      config
+	bed      *testbed.Bed
+	provider string
+	// runID names the database and prefixes every user id, so runs never
+	// share one.
+	runID string
+	// dsn is the fresh, migrated database the instances share.
+	dsn string
+	// etcdAddrs are the etcd members' own client addresses (none when no
+	// run locks on etcd).
+	etcdAddrs []string
+	// admin is a small pool of the command's own, for seeding and checks.
+	admin *pgxpool.Pool
+	st    *store.Store
+	// secret signs the users' bearer tokens; verifier checks them.
+	secret   []byte
+	verifier *auth.Verifier
+	// transport and client carry every user's requests.
+	transport *http.Transport
+	client    *http.Client
+	progress  *benchkit.Progress
+}
+
+// setUp starts the bed (see startBed), creates and migrates a fresh
+// database, and opens the shared HTTP client.
+func setUp(ctx context.Context, cfg config) (b *bench, err error) {
+	var id [4]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("run id: %w", err)
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("token secret: %w", err)
+	}
+	verifier, err := auth.NewVerifier(secret)
+	if err != nil {
+		return nil, fmt.Errorf("token verifier: %w", err)
+	}
+	b = &bench{cfg: cfg, runID: hex.EncodeToString(id[:]), secret: secret, verifier: verifier}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	if err := b.startBed(ctx); err != nil {
+		return nil, err
+	}
+	if b.dsn, err = createDatabase(ctx, b.bed.Postgres.DSN(), "orderbench_"+b.runID); err != nil {
+		return nil, err
+	}
+	if _, err := store.MigrateDSN(ctx, b.dsn); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(b.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	pcfg.MaxConns = 4
+	if b.admin, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("open the admin pool: %w", err)
+	}
+	if b.st, err = store.New(b.admin); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	b.transport = newTransport(cfg)
+	b.client = &http.Client{Transport: b.transport}
+	return b, nil
+}
+
+// startBed starts the bed: the Redis masters, which it vouches for,
+// Postgres, and the etcd cluster when a run locks on etcd.
+func (b *bench) startBed(ctx context.Context) error {
+	opts := testbed.Options{Redis: redisNodes, Postgres: true, AppendFsync: b.cfg.fsync}
+	if b.cfg.usesEtcd() {
+		opts.Etcd = etcdMembers
+	}
+	bed, err := testbed.New(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("start the test bed: %w", err)
+	}
+	b.bed = bed
+	b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + b.cfg.fsync
+	for _, n := range bed.Etcd {
+		b.etcdAddrs = append(b.etcdAddrs, n.DirectAddr())
+	}
+	for _, n := range bed.Redis {
+		// Brand-new nodes never held a lock: let them vote at once.
+		a := n.Admin()
+		err := quorum.TrustNode(ctx, a)
+		_ = a.Close()
+		if err != nil {
+			return fmt.Errorf("trust %s: %w", n.Name(), err)
+		}
+	}
+	return nil
+}
+
+// newTransport returns the transport every user shares: it keeps an idle
+// connection per client of the largest count, and per buyer of a sale.
+func newTransport(cfg config) *http.Transport {
+	perHost := cfg.maxCount()
+	if cfg.hasSale() {
+		// A sale's buyers each hold a connection while they wait: keeping
+		// them idle afterwards spares the retries a new connection each.
+		perHost = max(perHost, cfg.flash.buyers/instancesPerRun+1)
+	}
+	return &http.Transport{
+		MaxIdleConns:        instancesPerRun * perHost,
+		MaxIdleConnsPerHost: perHost,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+}
+
+// createDatabase creates the database name on the server of mainDSN and
+// returns its DSN.
+func createDatabase(ctx context.Context, mainDSN, name string) (string, error) {
+	u, err := url.Parse(mainDSN)
+	if err != nil {
+		return "", fmt.Errorf("database URL: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, mainDSN)
+	if err != nil {
+		return "", fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// close releases everything setUp opened; the bed takes the database with
+// it.
+func (b *bench) close() {
+	if b.transport != nil {
+		b.transport.CloseIdleConnections()
+	}
+	if b.admin != nil {
+		b.admin.Close()
+	}
+	if b.bed != nil {
+		_ = b.bed.Close()
+	}
+}
+
+// runPlan is one run to make: a scenario, with its count of closed-loop
+// clients (none for flash), in one mode, with one lock backend in lock
+// mode.
+type runPlan struct {
+	scenario string
+	clients  int
+	mode     string
+	backend  string // "" in db mode
+}
+
+// label names the plan's mode as the report does: lock/redlock,
+// lock/etcd or db.
+func (p runPlan) label() string { return modeLabel(p.mode, p.backend) }
+
+// modeLabel names a mode with its backend: lock/redlock, lock/etcd or db.
+func modeLabel(mode, backend string) string {
+	if backend == "" {
+		return mode
+	}
+	return mode + "/" + backend
+}
+
+// tag is the plan's mode in product and user ids: lock-redlock,
+// lock-etcd or db.
+func (p runPlan) tag() string { return strings.ReplaceAll(p.label(), "/", "-") }
+
+// name is how the report names the plan's scenario: distinct, hot and cart
+// with their client count ("hot/64").
+func (p runPlan) name() string {
+	if isClosedLoop(p.scenario) {
+		return fmt.Sprintf("%s/%d", p.scenario, p.clients)
+	}
+	return p.scenario
+}
+
+// isClosedLoop reports whether scenario sc is run once per client count.
+func isClosedLoop(sc string) bool {
+	return sc == scenarioDistinct || sc == scenarioHot || sc == scenarioCart
+}
+
+// plans lists the runs in the order of the flags: scenario by scenario,
+// client count by count, mode by mode, and in lock mode backend by
+// backend.
+func (c config) plans() []runPlan {
+	var out []runPlan
+	for _, sc := range c.scenarios {
+		counts := c.clients
+		switch sc {
+		case scenarioFlash:
+			counts = []int{0}
+		case scenarioMixed:
+			counts = c.clients[:1]
+		}
+		for _, n := range counts {
+			for _, mode := range c.modes {
+				if mode == modeDB {
+					out = append(out, runPlan{scenario: sc, clients: n, mode: mode})
+					continue
+				}
+				for _, be := range c.backends {
+					out = append(out, runPlan{scenario: sc, clients: n, mode: mode, backend: be})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// runAll makes every run of the plan.
+func (b *bench) runAll(ctx context.Context) ([]*runResult, error) {
+	plans := b.cfg.plans()
+	b.progress = benchkit.NewProgress("orderbench", len(plans), b.cfg.quiet)
+	defer b.progress.Finish()
+	var res []*runResult
+	for _, p := range plans {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		b.progress.Start(p.name() + "/" + p.label())
+		r, err := b.runOne(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", p.name(), p.label(), err)
+		}
+		res = append(res, r)
+		b.progress.Done()
+	}
+	return res, nil
+}
