@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/internal/wait"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -38,14 +39,14 @@ const timeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // releaseCounter is an Observer that remembers the last release's count.
 type releaseCounter struct {
-	quorum.NopObserver
+	lease.NopObserver
 	mu       sync.Mutex
 	released int
 	seen     bool
 }
 
 // ObserveRelease records how many masters released the key.
-func (r *releaseCounter) ObserveRelease(e quorum.ReleaseEvent) {
+func (r *releaseCounter) ObserveRelease(e lease.ReleaseEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.released, r.seen = e.Released, true
@@ -143,18 +144,18 @@ func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, maxWa
 	defer func() { _ = l.Close() }()
 
 	rep := lockReport{Key: key, HoldMS: hold.Milliseconds()}
-	describe := func(lease *quorum.Lease) {
-		until := lease.Until()
-		rep.TokenDigest, rep.Fence = digest(lease.Token()), lease.Fence()
+	describe := func(le lease.Lease) {
+		until := le.Until()
+		rep.TokenDigest, rep.Fence = digest(le.Token()), le.Fence()
 		rep.ValidityMS, rep.Until = ms(time.Until(until)), until.Format(timeFormat)
 	}
 	if hold == 0 {
-		lease, err := l.Lock(ctx, key)
+		le, err := l.Lock(ctx, key)
 		if err != nil {
 			return fmt.Errorf("not locked: %w", err)
 		}
-		describe(lease)
-		rep.Kept, rep.Token = true, lease.Token()
+		describe(le)
+		rep.Kept, rep.Token = true, le.Token()
 		if s.json {
 			return a.writeJSON(rep)
 		}
@@ -163,14 +164,14 @@ func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, maxWa
 		fmt.Fprintf(a.stdout, "token:    %s\n", rep.Token)
 		return nil
 	}
-	err = l.Do(ctx, key, func(fctx context.Context, lease *quorum.Lease) error {
-		describe(lease)
+	err = l.Do(ctx, key, func(fctx context.Context, le lease.Lease) error {
+		describe(le)
 		if !s.json {
 			a.printLock(rep, s.databaseURL != "")
 			fmt.Fprintf(a.stdout, "holding:  %v\n", hold)
 		}
 		if err := wait.Sleep(fctx, hold); err != nil {
-			if cause := context.Cause(fctx); errors.Is(cause, quorum.ErrLeaseLost) {
+			if cause := context.Cause(fctx); errors.Is(cause, lease.ErrLeaseLost) {
 				return cause
 			}
 			return fmt.Errorf("interrupted after holding it for less than %v: %w", hold, err)
