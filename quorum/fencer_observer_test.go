@@ -99,7 +99,7 @@ func TestFencer(t *testing.T) {
 		// On a loaded machine a vote may not be won within the short node
 		// timeout (the fencer is then not called): try again, on released
 		// nodes, until one is. Every attempt fails with
-		// ErrQuorumUnavailable, a lost vote (the key is free, so no node
+		// lease.ErrQuorumUnavailable, a lost vote (the key is free, so no node
 		// refuses it) as well as a late fence.
 		var err error
 		for try := 1; f.calls == 0; try++ {

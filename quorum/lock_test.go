@@ -187,7 +187,7 @@ func TestAcquire(t *testing.T) {
 	})
 }
 
-// Behaviour 9: ErrNotAcquired and ErrQuorumUnavailable, with per-node errors.
+// Behaviour 9: lease.ErrNotAcquired and lease.ErrQuorumUnavailable, with per-node errors.
 func TestErrors(t *testing.T) {
 	r := newRig(t)
 
@@ -755,9 +755,9 @@ func TestLostAndDo(t *testing.T) {
 				case <-time.After(ttl / 6):
 				}
 				// The rival never gets the lease: no majority of the five
-				// nodes grants it. A majority refuses it (ErrNotAcquired),
+				// nodes grants it. A majority refuses it (lease.ErrNotAcquired),
 				// or, when nodes fail to answer in time, a majority is out
-				// of its reach (ErrQuorumUnavailable).
+				// of its reach (lease.ErrQuorumUnavailable).
 				rl, err := rival.TryLock(ctx, k)
 				var qe *quorum.QuorumError
 				switch {

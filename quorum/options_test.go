@@ -169,7 +169,7 @@ func TestNewAcceptsDistinctFailoverClients(t *testing.T) {
 	}
 }
 
-// After Close, Lock, TryLock and Do fail at once with ErrClosed, and Close
+// After Close, Lock, TryLock and Do fail at once with lease.ErrClosed, and Close
 // may be called again.
 func TestClose(t *testing.T) {
 	l, err := quorum.New(offlineClients(t, 3))

@@ -682,7 +682,7 @@ func TestCancelledUnlockStillReleases(t *testing.T) {
 // release held in a hook, the retry queues behind them, and then all go:
 // three nodes released and two belong to another owner, so the retry
 // reports success, where counting the retry's own answers said
-// ErrLeaseLost.
+// lease.ErrLeaseLost.
 func TestRetriedUnlockCountsEarlierReleases(t *testing.T) {
 	r := newRig(t)
 	gate := &releaseGate{sha: redis.NewScript(quorum.ReleaseSource).Hash(), open: make(chan struct{})}

@@ -155,6 +155,29 @@ func (s suite) doCancelsOnLoss(t *testing.T) {
 	}
 }
 
+// doMultiHoldsEveryKey: DoMulti's fn runs holding every key (another Locker
+// is refused each), and the keys are free again once DoMulti returns.
+func (s suite) doMultiHoldsEveryKey(t *testing.T) {
+	l, other := s.locker(t, time.Minute), s.locker(t, time.Minute)
+	k := []string{t.Name() + ":a", t.Name() + ":b"}
+	err := l.DoMulti(ctxT(t, time.Minute), []string{k[1], k[0]}, func(ctx context.Context, le lease.Lease) error {
+		if !slices.Equal(le.Keys(), k) {
+			return fmt.Errorf("keys %q, want %q", le.Keys(), k)
+		}
+		for _, key := range k {
+			if _, err := other.TryLock(ctx, key); !errors.Is(err, lease.ErrNotAcquired) {
+				return fmt.Errorf("TryLock of %s inside DoMulti: %v, want ErrNotAcquired", key, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := must(t)(other.TryLockMulti(ctxT(t, time.Minute), k...))
+	_ = got.Unlock(ctxT(t, time.Minute))
+}
+
 func (s suite) multiAllOrNothing(t *testing.T) {
 	a, b := s.locker(t, time.Minute), s.locker(t, time.Minute)
 	k := []string{t.Name() + ":1", t.Name() + ":2", t.Name() + ":3"}

@@ -42,6 +42,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("AForgottenLeaseIsLost", s.forgottenIsLost)
 	t.Run("DoRunsAndReleases", s.doRunsAndReleases)
 	t.Run("DoCancelsFnWhenTheLeaseIsLost", s.doCancelsOnLoss)
+	t.Run("DoMultiHoldsEveryKey", s.doMultiHoldsEveryKey)
 	t.Run("MultiKeyIsAllOrNothing", s.multiAllOrNothing)
 	t.Run("MultiKeyOppositeOrdersNeitherDeadlockNorOverlap", s.multiOpposite)
 	t.Run("ClosedAndBadInput", s.closedAndBadInput)
