@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/quorumlock/quorumlock/internal/cli"
 	"github.com/quorumlock/quorumlock/internal/ordersenv"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -161,7 +162,7 @@ func (a *app) settings(cmd *cobra.Command, v *flagVars, groups int) (settings, e
 		a.addDatabaseSecrets(s.databaseURL)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return s, usageError("%w", err)
+		return s, cli.UsageError("%w", err)
 	}
 	return s, nil
 }
@@ -299,11 +300,11 @@ func redactDSN(dsn string) string {
 // connectDB opens one connection to the database of s within its timeout.
 func (s settings) connectDB(ctx context.Context) (*pgx.Conn, error) {
 	if s.databaseURL == "" {
-		return nil, usageError("no database: set ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE) or --database-url")
+		return nil, cli.UsageError("no database: set ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE) or --database-url")
 	}
 	cfg, err := pgx.ParseConfig(s.databaseURL)
 	if err != nil {
-		return nil, usageError("database URL %s: %w", redactDSN(s.databaseURL), err)
+		return nil, cli.UsageError("database URL %s: %w", redactDSN(s.databaseURL), err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

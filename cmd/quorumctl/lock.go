@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/internal/cli"
 	"github.com/quorumlock/quorumlock/internal/wait"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -78,18 +79,18 @@ The restart window is the longer of --ttl and ordersd's lock TTL
 (ORDERS_LOCK_TTL). --wait 0 makes one attempt; a longer --wait retries while
 the key is held, up to that long.`,
 		Args: keyArg,
-		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+		RunE: a.phase.RunE(func(cmd *cobra.Command, args []string) error {
 			s, err := a.settings(cmd, &v, groups)
 			if err != nil {
 				return err
 			}
 			switch {
 			case ttl <= 0:
-				return usageError("--ttl must be positive, got %v", ttl)
+				return cli.UsageError("--ttl must be positive, got %v", ttl)
 			case hold < 0:
-				return usageError("--hold must not be negative, got %v", hold)
+				return cli.UsageError("--hold must not be negative, got %v", hold)
 			case wait < 0:
-				return usageError("--wait must not be negative, got %v", wait)
+				return cli.UsageError("--wait must not be negative, got %v", wait)
 			}
 			return a.lock(cmd.Context(), s, args[0], ttl, hold, wait)
 		}),
@@ -103,7 +104,7 @@ the key is held, up to that long.`,
 
 func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, maxWait time.Duration) error {
 	if key == quorum.BootMarkerKey {
-		return usageError("key %q is the restart marker, not a lock", key)
+		return cli.UsageError("key %q is the restart marker, not a lock", key)
 	}
 	rc := &releaseCounter{}
 	opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaWindow(max(ttl, s.window)), quorum.WithObserver(rc)}
@@ -138,7 +139,7 @@ func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, maxWa
 	}
 	l, err := quorum.New(nodes, opts...)
 	if err != nil {
-		return usageError("%w", err)
+		return cli.UsageError("%w", err)
 	}
 	defer func() { _ = l.Close() }()
 
@@ -269,7 +270,7 @@ keeps it out of the process list.
 Exit status 1 when no master released the key, or a master could not be
 reached (the key then expires there by its TTL).`,
 		Args: keyArg,
-		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+		RunE: a.phase.RunE(func(cmd *cobra.Command, args []string) error {
 			s, err := a.settings(cmd, &v, groups)
 			if err != nil {
 				return err
@@ -277,17 +278,17 @@ reached (the key then expires there by its TTL).`,
 			if token == "-" {
 				line, err := bufio.NewReader(a.stdin).ReadString('\n')
 				if err != nil && line == "" {
-					return usageError("--token -: read the token from standard input: %w", err)
+					return cli.UsageError("--token -: read the token from standard input: %w", err)
 				}
 				token = line
 			}
 			token = strings.TrimSpace(token)
 			a.addSecret(token)
 			if token == "" {
-				return usageError("missing --token: give the token 'lock --hold 0' printed")
+				return cli.UsageError("missing --token: give the token 'lock --hold 0' printed")
 			}
 			if args[0] == quorum.BootMarkerKey {
-				return usageError("key %q is the restart marker, not a lock", args[0])
+				return cli.UsageError("key %q is the restart marker, not a lock", args[0])
 			}
 			return a.unlock(cmd.Context(), s, args[0], token)
 		}),
