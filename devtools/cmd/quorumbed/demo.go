@@ -50,14 +50,8 @@ type ordersdProc struct {
 // (ordersd and quorumctl, of bins) inherit base, then the bed's ORDERS_*
 // settings, which win.
 func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []string, out io.Writer) error {
-	// A brand-new bed has never held a lock: let its nodes vote at once.
-	for _, n := range b.Redis {
-		c := n.Admin()
-		err := quorum.TrustNode(ctx, c)
-		_ = c.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", n.Name(), err)
-		}
+	if err := trustBed(ctx, b); err != nil {
+		return err
 	}
 	// The payment provider: fakepay on loopback, started once the first
 	// ordersd (which takes its callbacks) is known.
@@ -67,7 +61,64 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 	}
 	defer payLn.Close()
 	payURL := "http://" + payLn.Addr().String()
-	env := slices.Concat(base, []string{
+	env := demoEnv(base, b, payURL)
+	runTool := ordersdTool(ctx, bins.ordersd, env)
+	if _, err := runTool("migrate"); err != nil {
+		return err
+	}
+	if _, err := runTool("seed", "-product", "42", "-stock", "1", "-price", "1999"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nproduct 42 has 1 unit in stock; starting three ordersd instances")
+	procs, err := startInstances(ctx, bins.ordersd, env, out)
+	defer stopAll(procs)
+	if err != nil {
+		return err
+	}
+	pay, stopPay, err := serveFakepay(payLn, procs[0].url)
+	if err != nil {
+		return err
+	}
+	defer stopPay()
+	fmt.Fprintf(out, "  fakepay (the payment provider) at %s, calling back %s\n", payURL, procs[0].name)
+	token, err := runTool("token", "-user", "u1001", "-ttl", "10m")
+	if err != nil {
+		return err
+	}
+	orderID, err := doubleClickScenario(ctx, procs, token, b.Postgres.DSN(), out)
+	if err != nil {
+		return err
+	}
+	if err := payScenario(ctx, procs, pay, token, orderID, out); err != nil {
+		return err
+	}
+	if err := shipScenario(ctx, b, bins.shipper, env, orderID, out); err != nil {
+		return err
+	}
+	if err := cartScenario(ctx, procs, runTool, b.Postgres.DSN(), out); err != nil {
+		return err
+	}
+	return operatorView(ctx, procs, bins.quorumctl, env, time.Now(), out)
+}
+
+// trustBed lets the nodes of a brand-new bed, which has never held a lock,
+// vote at once.
+func trustBed(ctx context.Context, b *testbed.Bed) error {
+	for _, n := range b.Redis {
+		c := n.Admin()
+		err := quorum.TrustNode(ctx, c)
+		_ = c.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Name(), err)
+		}
+	}
+	return nil
+}
+
+// demoEnv is the environment of the demo's processes: base, then the bed's
+// ORDERS_* settings and the payment provider at payURL, which win.
+func demoEnv(base []string, b *testbed.Bed, payURL string) []string {
+	return slices.Concat(base, []string{
 		"ORDERS_REDIS_ADDRS=" + strings.Join(b.RedisAddrs(), ","),
 		"ORDERS_DATABASE_URL=" + b.Postgres.DSN(),
 		"ORDERS_JWT_SECRET=" + demoSecret,
@@ -78,8 +129,13 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 		// to judge the state the scenarios leave.
 		"ORDERS_INVARIANT_INTERVAL=" + demoInvariantInterval.String(),
 	})
-	runTool := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, bins.ordersd, args...)
+}
+
+// ordersdTool runs one of ordersd's tool commands (migrate, seed, token)
+// with env and returns its output, trimmed.
+func ordersdTool(ctx context.Context, bin string, env []string) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = env
 		o, err := cmd.CombinedOutput()
 		if err != nil {
@@ -87,65 +143,91 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 		}
 		return strings.TrimSpace(string(o)), nil
 	}
-	if _, err := runTool("migrate"); err != nil {
-		return err
-	}
-	if _, err := runTool("seed", "-product", "42", "-stock", "1", "-price", "1999"); err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "\nproduct 42 has 1 unit in stock; starting three ordersd instances")
+}
+
+// startInstances starts three ordersd processes with env and waits until
+// each is ready. It returns the processes it started, also on error: the
+// caller stops them.
+func startInstances(ctx context.Context, bin string, env []string, out io.Writer) ([]*ordersdProc, error) {
 	var procs []*ordersdProc
-	defer func() {
-		for _, p := range procs {
-			p.stop()
-		}
-	}()
 	for i := 1; i <= 3; i++ {
-		p, err := startOrdersd(ctx, bins.ordersd, fmt.Sprintf("ordersd%d", i), env)
+		p, err := startOrdersd(ctx, bin, fmt.Sprintf("ordersd%d", i), env)
 		if err != nil {
-			return err
+			return procs, err
 		}
 		procs = append(procs, p)
 	}
 	for _, p := range procs {
 		if err := p.waitReady(ctx); err != nil {
-			return err
+			return procs, err
 		}
 		fmt.Fprintf(out, "  %s ready at %s\n", p.name, p.url)
 	}
-	pay, err := fakepay.New(fakepay.WithCallback(procs[0].url+"/payments/callback", []byte(demoCallbackSecret)),
+	return procs, nil
+}
+
+// stopAll stops every process of procs.
+func stopAll(procs []*ordersdProc) {
+	for _, p := range procs {
+		p.stop()
+	}
+}
+
+// serveFakepay serves a fakepay provider on ln that calls back the
+// ordersd at ordersdURL, and returns it with the function that stops it.
+func serveFakepay(ln net.Listener, ordersdURL string) (*fakepay.Server, func(), error) {
+	pay, err := fakepay.New(fakepay.WithCallback(ordersdURL+"/payments/callback", []byte(demoCallbackSecret)),
 		fakepay.WithCallbackRetry(20, 100*time.Millisecond))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	paySrv := &http.Server{Handler: pay.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = paySrv.Serve(payLn) }()
-	defer func() {
-		_ = paySrv.Close()
+	srv := &http.Server{Handler: pay.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return pay, func() {
+		_ = srv.Close()
 		_ = pay.Close()
-	}()
-	fmt.Fprintf(out, "  fakepay (the payment provider) at %s, calling back %s\n", payURL, procs[0].name)
-	token, err := runTool("token", "-user", "u1001", "-ttl", "10m")
-	if err != nil {
-		return err
-	}
+	}, nil
+}
 
+// doubleClickScenario sends three identical requests for the last unit to
+// the three instances at once, then one with the same key and another
+// body, audits the database, and returns the one order's id.
+func doubleClickScenario(ctx context.Context, procs []*ordersdProc, token, dsn string, out io.Writer) (string, error) {
 	body := `{"productId": "42", "quantity": 1, "addressVersion": "v1", "couponId": null}`
 	fmt.Fprintf(out, "\nu1001 clicks twice and the gateway retries: 3 x POST /orders, Idempotency-Key: req-001\n  %s\n", body)
-	results := make([]demoResult, 3)
+	resps, err := clickThrice(ctx, procs, token, body, out)
+	if err != nil {
+		return "", err
+	}
+	mismatch := postOrder(ctx, procs[0].url, token, "req-001", `{"productId": "42", "quantity": 2, "addressVersion": "v1"}`)
+	fmt.Fprintf(out, "\nsame key, quantity 2 instead of 1 -> %d %s\n", mismatch.status, mismatch.body)
+
+	rows, stock, err := orderState(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	verdict := audit.Orders(map[string]audit.Stock{"42": {Initial: 1, Final: stock}}, rows, resps)
+	fmt.Fprintf(out, "\norders in Postgres: %d, stock of product 42 left: %d\naudit: %v\n", len(rows), stock, verdict)
+	if !verdict.OK() || len(rows) != 1 || stock != 0 {
+		return "", errors.New("the seed scenario did not end with exactly one order and stock 0")
+	}
+	return rows[0].OrderID, nil
+}
+
+// clickThrice posts body with the key req-001 to every instance at once,
+// follows each answer 202 as a client would, prints the final answers and
+// returns them for the audit.
+func clickThrice(ctx context.Context, procs []*ordersdProc, token, body string, out io.Writer) ([]audit.Response, error) {
+	results := make([]demoResult, len(procs))
 	var wg sync.WaitGroup
 	for i, p := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = postOrder(ctx, p.url, token, "req-001", body)
-		}()
+		wg.Go(func() { results[i] = postOrder(ctx, p.url, token, "req-001", body) })
 	}
 	wg.Wait()
 	var resps []audit.Response
 	for i, r := range results {
 		if r.err != nil {
-			return fmt.Errorf("%s: %w", procs[i].name, r.err)
+			return nil, fmt.Errorf("%s: %w", procs[i].name, r.err)
 		}
 		// A request answered 202 polls its Location, as a client would.
 		first := r.status
@@ -160,29 +242,7 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 		fmt.Fprintf(out, "  %s ->%s %d replayed=%-5v %s\n", procs[i].name, note, r.status, r.replayed, r.body)
 		resps = append(resps, audit.Response{UserID: "u1001", IdempotencyKey: "req-001", Status: r.status, Body: r.body, OrderID: r.orderID})
 	}
-
-	mismatch := postOrder(ctx, procs[0].url, token, "req-001", `{"productId": "42", "quantity": 2, "addressVersion": "v1"}`)
-	fmt.Fprintf(out, "\nsame key, quantity 2 instead of 1 -> %d %s\n", mismatch.status, mismatch.body)
-
-	rows, stock, err := orderState(ctx, b.Postgres.DSN())
-	if err != nil {
-		return err
-	}
-	verdict := audit.Orders(map[string]audit.Stock{"42": {Initial: 1, Final: stock}}, rows, resps)
-	fmt.Fprintf(out, "\norders in Postgres: %d, stock of product 42 left: %d\naudit: %v\n", len(rows), stock, verdict)
-	if !verdict.OK() || len(rows) != 1 || stock != 0 {
-		return errors.New("the seed scenario did not end with exactly one order and stock 0")
-	}
-	if err := payScenario(ctx, procs, pay, token, rows[0].OrderID, out); err != nil {
-		return err
-	}
-	if err := shipScenario(ctx, b, bins.shipper, env, rows[0].OrderID, out); err != nil {
-		return err
-	}
-	if err := cartScenario(ctx, procs, runTool, b.Postgres.DSN(), out); err != nil {
-		return err
-	}
-	return operatorView(ctx, procs, bins.quorumctl, env, time.Now(), out)
+	return resps, nil
 }
 
 // payScenario pays the order from all three instances at once while the
@@ -601,49 +661,75 @@ type metricGroup struct {
 // every label value any instance exports, and always the few an operator
 // must see even at zero (orders created, stale fences, fallbacks).
 func operatorGroups(sets []metricSet) []metricGroup {
-	values := func(name, label string, always, order []string) []string {
-		seen := slices.Clone(always)
-		for _, s := range sets {
-			for _, v := range s.labelValues(name, label) {
-				if !slices.Contains(seen, v) {
-					seen = append(seen, v)
-				}
-			}
-		}
-		rank := func(v string) int {
-			if i := slices.Index(order, v); i >= 0 {
-				return i
-			}
-			return len(order)
-		}
-		slices.SortFunc(seen, func(a, b string) int {
-			if d := rank(a) - rank(b); d != 0 {
-				return d
-			}
-			return strings.Compare(a, b)
-		})
-		return seen
-	}
-	byLabel := func(kind int, name, label string, vals []string, extra map[string]string) []metricRow {
-		var rows []metricRow
-		for _, v := range vals {
-			match := map[string]string{label: v}
-			lbl := fmt.Sprintf("%s=%q", label, v)
-			for k, ev := range extra {
-				match[k] = ev
-				lbl = fmt.Sprintf("%s=%q,%s", k, ev, lbl)
-			}
-			rows = append(rows, metricRow{label: lbl, kind: kind, name: name, match: match})
-		}
-		return rows
-	}
 	placeOrder := []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product",
 		"stale_fence", "lock_busy", "lock_unavailable", "shed", "cancelled", "invalid", "error"}
-	places := slices.DeleteFunc(values(metricPlace, "outcome", []string{"created"}, placeOrder), func(v string) bool { return v == "stale_fence" })
+	places := slices.DeleteFunc(seenValues(sets, metricPlace, "outcome", []string{"created"}, placeOrder), func(v string) bool { return v == "stale_fence" })
 	claimOrder := []string{"CREATED", "IN_PROGRESS", "SUCCESS", "FINGERPRINT_MISMATCH", "TAKEOVER", "UNAVAILABLE"}
 	acquireOrder := []string{"acquired", "not_acquired", "unavailable", "canceled", "error"}
+	waits := acquireWaits(sets, acquireOrder)
+	checks := watchdog.Checks()
+	return []metricGroup{
+		{"POST /orders answers, by the outcome that decided them (" + metricPlace + ")", byLabel(rowSum, metricPlace, "outcome", places, nil)},
+		{"fence rejections (" + metricPlace + ")", byLabel(rowSum, metricPlace, "outcome", []string{"stale_fence"}, nil)},
+		{"idempotency claims, by outcome (" + metricClaims + ")", byLabel(rowSum, metricClaims, "outcome", seenValues(sets, metricClaims, "outcome", nil, claimOrder), nil)},
+		{"stock lock acquisitions, by result (" + metricAcquire + ")", byLabel(rowSum, metricAcquire, "result", seenValues(sets, metricAcquire, "result", []string{"acquired"}, acquireOrder), nil)},
+		{"stock lock wait, mean per acquisition (" + metricAcquireDuration + ")", byLabel(rowMean, metricAcquireDuration, "result", waits, nil)},
+		{"leases lost while held (" + metricLeaseLost + ")", []metricRow{{label: "all reasons", kind: rowSum, name: metricLeaseLost}}},
+		{"fallbacks to Postgres when the lock was out of reach (" + metricFallback + ")", byLabel(rowSum, metricFallback, "mode", seenValues(sets, metricFallback, "mode", []string{"db", "reject"}, []string{"db", "reject"}), nil)},
+		{"payment requests and provider callbacks, by status (" + metricRequests + "_count)", paymentRows(sets)},
+		{"invariant violations, rows per check at the last round (" + metricInvariantViolations + ")", byLabel(rowMax, metricInvariantViolations, "check", seenValues(sets, metricInvariantViolations, "check", checks, checks), nil)},
+		{"failed watchdog rounds (" + metricInvariantErrors + ")", []metricRow{{label: "all rounds", kind: rowSum, name: metricInvariantErrors}}},
+	}
+}
+
+// seenValues returns always and every value label takes in the series of
+// name on any instance, in the order of order (the values it does not
+// name last, alphabetically).
+func seenValues(sets []metricSet, name, label string, always, order []string) []string {
+	seen := slices.Clone(always)
+	for _, s := range sets {
+		for _, v := range s.labelValues(name, label) {
+			if !slices.Contains(seen, v) {
+				seen = append(seen, v)
+			}
+		}
+	}
+	rank := func(v string) int {
+		if i := slices.Index(order, v); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
+	slices.SortFunc(seen, func(a, b string) int {
+		if d := rank(a) - rank(b); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	return seen
+}
+
+// byLabel returns a row of kind for each value of label in vals, on the
+// metric name, its series narrowed further by extra.
+func byLabel(kind int, name, label string, vals []string, extra map[string]string) []metricRow {
+	var rows []metricRow
+	for _, v := range vals {
+		match := map[string]string{label: v}
+		lbl := fmt.Sprintf("%s=%q", label, v)
+		for k, ev := range extra {
+			match[k] = ev
+			lbl = fmt.Sprintf("%s=%q,%s", k, ev, lbl)
+		}
+		rows = append(rows, metricRow{label: lbl, kind: kind, name: name, match: match})
+	}
+	return rows
+}
+
+// acquireWaits returns the lock results, in order, that some instance
+// timed at least once.
+func acquireWaits(sets []metricSet, order []string) []string {
 	var waits []string
-	for _, r := range values(metricAcquireDuration+"_count", "result", nil, acquireOrder) {
+	for _, r := range seenValues(sets, metricAcquireDuration+"_count", "result", nil, order) {
 		for _, s := range sets {
 			if n, _ := s.sum(metricAcquireDuration+"_count", map[string]string{"result": r}); n > 0 {
 				waits = append(waits, r)
@@ -651,7 +737,13 @@ func operatorGroups(sets []metricSet) []metricGroup {
 			}
 		}
 	}
-	var payments []metricRow
+	return waits
+}
+
+// paymentRows returns a row per status code of the payment requests, then
+// of the provider's callbacks.
+func paymentRows(sets []metricSet) []metricRow {
+	var rows []metricRow
 	for _, route := range []string{routePay, routeCallback} {
 		var codes []string
 		for _, s := range sets {
@@ -662,20 +754,9 @@ func operatorGroups(sets []metricSet) []metricGroup {
 			}
 		}
 		slices.Sort(codes)
-		payments = append(payments, byLabel(rowSum, metricRequests+"_count", "code", codes, map[string]string{"route": route})...)
+		rows = append(rows, byLabel(rowSum, metricRequests+"_count", "code", codes, map[string]string{"route": route})...)
 	}
-	return []metricGroup{
-		{"POST /orders answers, by the outcome that decided them (" + metricPlace + ")", byLabel(rowSum, metricPlace, "outcome", places, nil)},
-		{"fence rejections (" + metricPlace + ")", byLabel(rowSum, metricPlace, "outcome", []string{"stale_fence"}, nil)},
-		{"idempotency claims, by outcome (" + metricClaims + ")", byLabel(rowSum, metricClaims, "outcome", values(metricClaims, "outcome", nil, claimOrder), nil)},
-		{"stock lock acquisitions, by result (" + metricAcquire + ")", byLabel(rowSum, metricAcquire, "result", values(metricAcquire, "result", []string{"acquired"}, acquireOrder), nil)},
-		{"stock lock wait, mean per acquisition (" + metricAcquireDuration + ")", byLabel(rowMean, metricAcquireDuration, "result", waits, nil)},
-		{"leases lost while held (" + metricLeaseLost + ")", []metricRow{{label: "all reasons", kind: rowSum, name: metricLeaseLost}}},
-		{"fallbacks to Postgres when the lock was out of reach (" + metricFallback + ")", byLabel(rowSum, metricFallback, "mode", values(metricFallback, "mode", []string{"db", "reject"}, []string{"db", "reject"}), nil)},
-		{"payment requests and provider callbacks, by status (" + metricRequests + "_count)", payments},
-		{"invariant violations, rows per check at the last round (" + metricInvariantViolations + ")", byLabel(rowMax, metricInvariantViolations, "check", values(metricInvariantViolations, "check", watchdog.Checks(), watchdog.Checks()), nil)},
-		{"failed watchdog rounds (" + metricInvariantErrors + ")", []metricRow{{label: "all rounds", kind: rowSum, name: metricInvariantErrors}}},
-	}
+	return rows
 }
 
 // cells returns the row's value on every instance and over all of them,
