@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"fmt"
 	"io"
 	"testing"
 
@@ -23,6 +24,10 @@ func TestPhaseClassify(t *testing.T) {
 	}
 	if got := cli.ExitCode(p.Classify(cli.UsageError("late"))); got != cli.ExitUsage {
 		t.Fatalf("a carried status must stay: exit %d, want %d", got, cli.ExitUsage)
+	}
+	wrapped := fmt.Errorf("flag: %w", cli.UsageError("late"))
+	if got := p.Classify(wrapped); got != wrapped {
+		t.Fatalf("an error whose chain carries a status must come back as it is: %v", got)
 	}
 }
 
