@@ -44,14 +44,24 @@ exists() {
 }
 
 # named prints the backquoted names of the Unreleased section's Changed and
-# Removed subsections, one a line.
+# Removed subsections, one a line; text inside <!-- --> names nothing.
 named() {
   [ -f "$CHANGELOG" ] || return 0
   awk '
-    /^## /  { unreleased = ($0 ~ /^## \[Unreleased\]/); sub_ok = 0; next }
-    /^### / { sub_ok = ($0 ~ /^### (Changed|Removed)([ (]|$)/); next }
+    {
+      line = ""; rest = $0
+      while (rest != "") {
+        if (comment) {
+          if ((i = index(rest, "-->")) == 0) { rest = ""; break }
+          rest = substr(rest, i + 3); comment = 0
+        } else if ((i = index(rest, "<!--")) > 0) {
+          line = line substr(rest, 1, i - 1); rest = substr(rest, i + 4); comment = 1
+        } else { line = line rest; rest = "" }
+      }
+    }
+    line ~ /^## /  { unreleased = (line ~ /^## \[Unreleased\]/); sub_ok = 0; next }
+    line ~ /^### / { sub_ok = (line ~ /^### (Changed|Removed)([ (]|$)/); next }
     unreleased && sub_ok {
-      line = $0
       while (match(line, /`[^`]+`/)) {
         print substr(line, RSTART + 1, RLENGTH - 2)
         line = substr(line, RSTART + RLENGTH)

@@ -95,6 +95,12 @@ expect fail "names under a released version only (negative control)"
 
 changelog '### Changed
 
+<!-- to do: `p.F` and
+`p.T.M` -->' ''
+expect fail "names inside an HTML comment (negative control)"
+
+changelog '### Changed
+
 - `p.F` takes two arguments.' ''
 expect fail "one of two changes named"
 expect_output '`p.T.M` incompatible and not named'
