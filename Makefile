@@ -56,6 +56,7 @@ lint:
 	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
 	API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh check
 	APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck_test.sh
+	bash scripts/readme_test.sh
 
 # Rewrites the API baselines from the code as it is: run when a version is
 # tagged (CONTRIBUTING.md, "The public API").
