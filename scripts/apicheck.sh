@@ -8,6 +8,9 @@
 #                                  Unreleased section does not name
 #   scripts/apicheck.sh baseline   (re)write api/<pkg>.export from the code as
 #                                  it is (`make api-baseline`)
+#   scripts/apicheck.sh report     print the incompatible changes as draft
+#                                  CHANGELOG lines, under ### Changed and
+#                                  ### Removed, for a person to reword
 #
 # Run from the module root. The environment chooses what is checked:
 #   API_PACKAGES  the packages, as paths inside the module (quorum etcdlock ...)
@@ -119,8 +122,30 @@ check() {
   echo "apicheck: ok (${packages[*]})"
 }
 
+# report prints every incompatible change as a draft CHANGELOG line: the
+# removed names under ### Removed, the others, with apidiff's words, under
+# ### Changed.
+report() {
+  local pkg report line id changed="" removed=""
+  for pkg in "${packages[@]}"; do
+    exists "$pkg"
+    [ -f "$API_DIR/${pkg//\//_}.export" ] || continue
+    report=$("$APIDIFF" -incompatible "$API_DIR/${pkg//\//_}.export" "$module/$pkg")
+    while IFS= read -r line; do
+      id=$(identifier "$pkg" "$line")
+      [ -n "$id" ] || continue
+      case ${line#*: } in
+      removed) removed+="- \`$id\`."$'\n' ;;
+      *) changed+="- \`$id\`: ${line#*: }."$'\n' ;;
+      esac
+    done <<<"$report"
+  done
+  printf '### Changed\n\n%s\n### Removed\n\n%s' "$changed" "$removed"
+}
+
 case $mode in
 check) check ;;
 baseline) baseline ;;
-*) echo "usage: $0 [check|baseline]" >&2; exit 2 ;;
+report) report ;;
+*) echo "usage: $0 [check|baseline|report]" >&2; exit 2 ;;
 esac

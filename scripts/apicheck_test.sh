@@ -115,6 +115,10 @@ changelog '### Changed
 expect pass "every change named under Changed or Removed of [Unreleased]"
 expect_output '`p.F` incompatible, named in CHANGELOG.md'
 
+bash "$check" report >"$tmp/out" 2>&1
+expect_output '- `p.F`: changed from func(int) int to func(int, int) int.'
+expect_output '- `p.T.M`.'
+
 API_PACKAGES="p missing" expect fail "a listed package that does not exist"
 expect_output "missing: no such package"
 
