@@ -19,7 +19,7 @@ APIDIFF_VERSION := v0.0.0-20261113113407-e3970619a1a4
 API_PACKAGES := quorum etcdlock fencing
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images lint api-baseline test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
+.PHONY: help deps images lint api-baseline api-report test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
 
 help:
 	@echo "make demo    run the main job on a test bed (docker when the images exist, else local processes; installs redis-server and postgresql only)"
@@ -63,6 +63,11 @@ lint:
 api-baseline:
 	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
 	API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh baseline
+
+# Prints the incompatible changes against the baselines as draft CHANGELOG lines.
+api-report:
+	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+	@API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh report
 
 # Every package, with the race detector, on the bed chosen by QUORUMLOCK_TESTBED.
 test-go:
