@@ -131,14 +131,14 @@ func (c *clockFiles) write(at int64, d time.Duration) error {
 // errors.ErrUnsupported.
 func (n *RedisNode) SetClockOffset(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: clock offset: %w", n.name, err)
+		return fmt.Errorf("%s: clock offset: %w", n.srv.name, err)
 	}
-	c := n.cfg.clock
+	c := n.clock
 	if c == nil {
-		return fmt.Errorf("%s: clock offset: the bed was started without Options.Clock: %w", n.name, errors.ErrUnsupported)
+		return fmt.Errorf("%s: clock offset: the bed was started without Options.Clock: %w", n.srv.name, errors.ErrUnsupported)
 	}
 	if err := c.write(offsetWall, d); err != nil {
-		return fmt.Errorf("%s: clock offset: %w", n.name, err)
+		return fmt.Errorf("%s: clock offset: %w", n.srv.name, err)
 	}
 	return nil
 }
@@ -161,10 +161,10 @@ func (n *RedisNode) SetClockOffset(ctx context.Context, d time.Duration) error {
 // errors.ErrUnsupported.
 func (n *EtcdNode) SetClockOffset(ctx context.Context, d time.Duration) error {
 	if err := n.clockReady(ctx); err != nil {
-		return fmt.Errorf("%s: clock offset: %w", n.name, err)
+		return fmt.Errorf("%s: clock offset: %w", n.srv.name, err)
 	}
-	if err := n.cfg.clock.write(offsetWall, d); err != nil {
-		return fmt.Errorf("%s: clock offset: %w", n.name, err)
+	if err := n.clock.write(offsetWall, d); err != nil {
+		return fmt.Errorf("%s: clock offset: %w", n.srv.name, err)
 	}
 	return nil
 }
@@ -186,19 +186,19 @@ func (n *EtcdNode) SetClockOffset(ctx context.Context, d time.Duration) error {
 // errors.ErrUnsupported.
 func (n *EtcdNode) AdvanceMonotonic(ctx context.Context, d time.Duration) error {
 	if err := n.clockReady(ctx); err != nil {
-		return fmt.Errorf("%s: advance monotonic: %w", n.name, err)
+		return fmt.Errorf("%s: advance monotonic: %w", n.srv.name, err)
 	}
 	if d <= 0 {
-		return fmt.Errorf("%s: advance monotonic by %v: the monotonic clock only moves forward", n.name, d)
+		return fmt.Errorf("%s: advance monotonic by %v: the monotonic clock only moves forward", n.srv.name, d)
 	}
 	n.clockMu.Lock()
 	defer n.clockMu.Unlock()
-	cur, err := n.cfg.clock.read(offsetMonotonic)
+	cur, err := n.clock.read(offsetMonotonic)
 	if err == nil {
-		err = n.cfg.clock.write(offsetMonotonic, cur+d)
+		err = n.clock.write(offsetMonotonic, cur+d)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: advance monotonic: %w", n.name, err)
+		return fmt.Errorf("%s: advance monotonic: %w", n.srv.name, err)
 	}
 	return nil
 }
@@ -207,7 +207,7 @@ func (n *EtcdNode) clockReady(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if n.cfg.clock == nil {
+	if n.clock == nil {
 		return fmt.Errorf("the bed was started without Options.Clock: %w", errors.ErrUnsupported)
 	}
 	return nil

@@ -207,7 +207,7 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		}
 	}
 	if opts.Postgres {
-		pg, err := p.startPostgres(ctx, opts)
+		pg, err := startPostgres(ctx, p, opts)
 		if err != nil {
 			return fail(fmt.Errorf("start postgres: %w", err))
 		}
