@@ -20,11 +20,6 @@ type Link struct {
 	proxy *nodeProxy
 }
 
-// Link creates a new link to the node. name identifies it among the node's
-// links (one per client, say "client-a"); it must not be empty or in use on
-// this node.
-func (n *RedisNode) Link(name string) (*Link, error) { return n.link(name) }
-
 // Name is the name the link was created with.
 func (l *Link) Name() string { return l.name }
 

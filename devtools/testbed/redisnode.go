@@ -93,6 +93,11 @@ func (n *RedisNode) Restart(ctx context.Context, keepData bool) error {
 	return n.restart(ctx, mode)
 }
 
+// Link creates a new link to the node. name identifies it among the node's
+// links (one per client, say "client-a"); it must not be empty or in use on
+// this node.
+func (n *RedisNode) Link(name string) (*Link, error) { return n.link(name) }
+
 // Time returns the node's own clock (the TIME command), bypassing faults
 // injected in the proxy.
 func (n *RedisNode) Time(ctx context.Context) (time.Time, error) {
@@ -118,12 +123,4 @@ func aofArgs(policy string, mode dataMode) []string {
 		on = "no"
 	}
 	return []string{"--appendonly", on, "--appendfsync", policy}
-}
-
-// resetDir empties dir, creating it if needed.
-func resetDir(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	return os.MkdirAll(dir, 0o755)
 }
