@@ -159,12 +159,12 @@ func (r *localRunner) log(max int) string {
 	return strings.TrimSpace(tail(r.logPath(), max))
 }
 
-func (r *localRunner) pause(context.Context) error {
+func (r *localRunner) pause(ctx context.Context) error {
 	p, err := r.current()
 	if err != nil {
 		return err
 	}
-	return p.signal(syscall.SIGSTOP)
+	return p.pause(ctx)
 }
 
 func (r *localRunner) resume(context.Context) error {

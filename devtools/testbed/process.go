@@ -1,12 +1,14 @@
 package testbed
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -150,4 +152,50 @@ func resetDir(dir string) error {
 		return err
 	}
 	return os.MkdirAll(dir, 0o755)
+}
+
+// stopped reports whether every thread of the process is stopped (state T
+// in /proc): SIGSTOP is queued at once, but the threads of a busy process
+// stop one by one, and until the last one has, the server can still answer.
+func (p *proc) stopped() (bool, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", p.cmd.Process.Pid))
+	if err != nil || len(tasks) == 0 {
+		return false, fmt.Errorf("process %d: no threads listed in /proc: %v", p.cmd.Process.Pid, err)
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return false, err
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, fmt.Errorf("%s: unreadable: %q", t, b)
+		}
+		if s := b[i+2]; s != 'T' && s != 't' {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// pause sends SIGSTOP and returns once every thread has stopped, or fails
+// when that takes longer than 5s or ctx ends first.
+func (p *proc) pause(ctx context.Context) error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		ok, err := p.stopped()
+		if ok || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process %d: SIGSTOP sent, but not every thread stopped: %w", p.cmd.Process.Pid, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

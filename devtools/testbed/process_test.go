@@ -1,0 +1,45 @@
+package testbed
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestPauseReturnsOnceEveryThreadStopped: a paused local server must not
+// answer once Pause has returned, so pause waits until every thread of the
+// process is stopped, not only until SIGSTOP is queued (a loaded machine
+// once let a paused etcd answer a read 375µs after Pause returned).
+func TestPauseReturnsOnceEveryThreadStopped(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is needed (make deps): %v", err)
+	}
+	// redis-server runs background threads beside its main one.
+	dir := t.TempDir()
+	p, err := startProc([]string{bin, "--port", "0", "--unixsocket", filepath.Join(dir, "sock"), "--save", "", "--io-threads", "4"}, nil, filepath.Join(dir, "log"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop(syscall.SIGKILL, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < 20; i++ {
+		if err := p.pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := p.stopped()
+		if err != nil || !ok {
+			t.Fatalf("round %d: pause returned with a thread still running (stopped=%v, err=%v)", i, ok, err)
+		}
+		if err := p.signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _ := p.stopped(); ok {
+		t.Fatal("the process reads as stopped after SIGCONT: stopped() cannot tell")
+	}
+}
