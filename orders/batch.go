@@ -175,11 +175,12 @@ func (s *Service) release(ctx context.Context, lease Lease, ll *lockLog) {
 // write, without the lock, for every key that has no outcome yet; the
 // others take the normal path, which replays theirs.
 func (s *Service) sellNothing(ctx context.Context, product string, batch []*ticket) []placed {
-	reqs := make([]store.OrderRequest, len(batch))
+	carts := make([]store.Cart, len(batch))
 	for i, t := range batch {
-		reqs[i] = t.req
+		carts[i] = store.Cart{Order: t.req, Snapshot: snapshot,
+			Lines: []store.CartLine{{ProductID: product, Quantity: t.req.Quantity, FenceKey: stockKey(product)}}}
 	}
-	res, err := s.store.SaveOutOfStock(ctx, store.Batch{ProductID: product, Orders: reqs, Snapshot: snapshot})
+	res, err := s.store.SaveOutOfStock(ctx, carts)
 	if err != nil {
 		s.log.Warn("sold-out answers not saved; placing them", "product_id", product, "err", err)
 		return s.lockedBatch(ctx, product, batch)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -114,24 +115,11 @@ type txResult struct {
 // takes the fence itself), retrying a stale fence is the caller's. It
 // reports what it did in log.
 func (s *Service) transact(ctx context.Context, productID string, reqs []store.OrderRequest, lease Lease, log *placeLog) []txResult {
-	b := store.Batch{ProductID: productID, Orders: reqs, FenceKey: stockKey(productID), Snapshot: snapshot}
-	if lease != nil {
-		b.Fence = lease.FenceOf(b.FenceKey)
+	batch := make([]*ticket, len(reqs))
+	for i, r := range reqs {
+		batch[i] = &ticket{req: r, items: []request.Line{{ProductID: productID, Quantity: int(r.Quantity)}}}
 	}
-	log.attempts++
-	res, err := s.store.PlaceBatch(ctx, b)
-	out := make([]txResult, len(reqs))
-	for i := range out {
-		if err != nil {
-			out[i].err = err
-		} else {
-			out[i].Placed = res.Orders[i]
-		}
-	}
-	if err == nil && res.Left == 0 && s.queues != nil {
-		s.queues.soldOut(productID)
-	}
-	return out
+	return s.transactCarts(ctx, batch, lease, log)
 }
 
 // outcome turns one order's transaction result into its placement.
