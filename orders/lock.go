@@ -5,67 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/quorumlock/quorumlock/orders/placement"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Locker takes the stock locks of products: one key, or several at once
-// for a cart, all or nothing (a caller never holds some keys while it
-// waits for others, so carts that share products cannot deadlock). The
-// service knows a lock only through this interface and its sentinels: an
-// adapter maps each backend's errors to them (QuorumLocker for the quorum
-// package).
-//
-// Lock's error matches ErrLockBusy when another request holds the lock past
-// the wait, ErrLockUnavailable when the lock service cannot decide (no
-// quorum: Postgres may arbitrate alone), or wraps the context's error;
-// anything else (say, a fence that could not be read) is an error of the
-// database behind the fence.
-type Locker interface {
-	Lock(ctx context.Context, keys ...string) (Lease, error)
-}
+// Locker takes the stock locks of products (see placement.Locker): one
+// key, or several at once for a batch, all or nothing. The service knows a
+// lock only through this interface and its sentinels: an adapter maps each
+// backend's errors to them (QuorumLocker for the quorum package).
+type Locker = placement.Locker
 
 // Lease is a held stock lock on one key or more.
-type Lease interface {
-	// FenceOf is the lease's fence token for one of its keys (> 0):
-	// reserved, to be taken by the order transaction (see
-	// fencing.Reserver).
-	FenceOf(key string) int64
-	// Unlock releases the lock. Its error matches ErrLockLost when the
-	// lock had expired or been taken over, or ErrUnlockUnconfirmed when the
-	// release was not confirmed in time (the lock then expires by itself).
-	Unlock(ctx context.Context) error
-	// Detail is what the request log may show of the lease: never its
-	// token.
-	Detail() LeaseDetail
-}
+type Lease = placement.Lease
 
 // LeaseDetail describes a lease for the logs.
-type LeaseDetail struct {
-	// Key is the key, or a multi-key lease's keys joined by commas.
-	Key string
-	// TokenDigest names the token (quorum.TokenDigest), not the token.
-	TokenDigest string
-	// Fence is the first key's fence.
-	Fence int64
-	// Until is the end of the lease's validity (monotonic).
-	Until time.Time
-}
+type LeaseDetail = placement.LeaseDetail
 
 // The lock's sentinels.
 var (
 	// ErrLockBusy: another request holds the stock lock, and it was not
 	// freed within the wait. Contention, not an outage.
-	ErrLockBusy = errors.New("orders: the stock lock is held by another request")
+	ErrLockBusy = placement.ErrLockBusy
 	// ErrLockUnavailable: the lock service cannot grant the lock (no
 	// majority of its nodes answers).
-	ErrLockUnavailable = errors.New("orders: the stock lock is unavailable")
+	ErrLockUnavailable = placement.ErrLockUnavailable
 	// ErrLockLost: Unlock found that the lease had expired or been taken
 	// over before it was released.
-	ErrLockLost = errors.New("orders: the stock lock was lost before its release")
+	ErrLockLost = placement.ErrLockLost
 	// ErrUnlockUnconfirmed: Unlock could not confirm the release.
-	ErrUnlockUnconfirmed = errors.New("orders: the release of the stock lock was not confirmed")
+	ErrUnlockUnconfirmed = placement.ErrUnlockUnconfirmed
 )
 
 // QuorumLocker adapts a quorum.Locker to Locker. Give it a fencing.Reserver
@@ -123,16 +92,16 @@ func (q quorumLease) Detail() LeaseDetail {
 }
 
 // Fallback says what the service does when the lock cannot be taken.
-type Fallback string
+type Fallback = placement.Fallback
 
 // Fallback modes.
 const (
 	// FallbackDB lets Postgres arbitrate alone: the order transaction takes
 	// its fence itself, and the conditional decrement still holds. The
 	// default.
-	FallbackDB Fallback = "db"
+	FallbackDB = placement.FallbackDB
 	// FallbackReject answers 503 with Retry-After.
-	FallbackReject Fallback = "reject"
+	FallbackReject = placement.FallbackReject
 )
 
 // ParseFallback reads a Fallback from configuration; "" is FallbackDB.
@@ -145,7 +114,3 @@ func ParseFallback(s string) (Fallback, error) {
 	}
 	return "", fmt.Errorf("%w: lock fallback %q: want db or reject", ErrConfig, s)
 }
-
-// Stock lock keys are "stock:" + product id; the fence counter of a
-// product's stock has the same key.
-func stockKey(productID string) string { return "stock:" + productID }

@@ -4,32 +4,60 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/internal/option"
+	"github.com/quorumlock/quorumlock/orders/auth"
+	"github.com/quorumlock/quorumlock/orders/create"
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/metrics"
 	"github.com/quorumlock/quorumlock/orders/payment"
+	"github.com/quorumlock/quorumlock/orders/placement"
 	"github.com/quorumlock/quorumlock/orders/store"
+	"github.com/quorumlock/quorumlock/orders/transport"
 )
 
-// Codes says which HTTP status codes answer the two idempotency conflicts:
-// a request whose key another attempt is still processing, and a key
-// reused with a different payload.
-type Codes string
+// Codes says which HTTP status codes answer the two idempotency conflicts
+// (see transport.Codes).
+type Codes = transport.Codes
 
 // Code sets.
 const (
 	// CodesSeed answers 202 Accepted (with Retry-After and a Location to
 	// poll) while a request is in flight, and 409 Conflict for a key reused
 	// with a different payload. The default.
-	CodesSeed Codes = "seed"
+	CodesSeed = transport.CodesSeed
 	// CodesIETF answers as the IETF Idempotency-Key draft does: 409
 	// Conflict (with Retry-After) while a request is in flight, and 422
 	// Unprocessable Content for a key reused with a different payload.
-	CodesIETF Codes = "ietf"
+	CodesIETF = transport.CodesIETF
 )
+
+// Headers of the HTTP contract.
+const (
+	HeaderIdempotencyKey = transport.HeaderIdempotencyKey
+	HeaderReplayed       = transport.HeaderReplayed
+)
+
+// Callback limits.
+const (
+	// MaxCallbackBody is the largest callback body read.
+	MaxCallbackBody = transport.MaxCallbackBody
+	// DefaultCallbackTolerance is how far a callback's signed timestamp may
+	// be from this host's clock.
+	DefaultCallbackTolerance = transport.DefaultCallbackTolerance
+)
+
+// Metrics are the service's Prometheus series. A nil *Metrics records
+// nothing.
+type Metrics = metrics.Metrics
+
+// NewMetrics registers the service's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) { return metrics.New(reg) }
 
 // ParseCodes reads Codes from configuration; "" is CodesSeed.
 func ParseCodes(s string) (Codes, error) {
@@ -62,18 +90,16 @@ const (
 	DefaultSoldOutRecheck = time.Second
 )
 
-// Service runs the order flow. It is safe for concurrent use; several
-// instances may share one Postgres and one set of Redis nodes.
+// Service is the order service, assembled from its layers: the transport
+// (HTTP handler and rendering) over the create flow (idempotency claim,
+// settle) over placement (queue, combining, lock, store). It is safe for
+// concurrent use; several instances may share one Postgres and one set of
+// Redis nodes.
 type Service struct {
-	store *store.Store
-	config
-	queues   *combiner    // with a locker: the per-product queues
-	admitted chan token   // without one: the placements under way, one per connection
-	waiting  atomic.Int64 // without one: the placements waiting for a place
-	lockDown atomic.Int64 // until when (unix ns) the queues go without the lock (see lockProbe)
+	store  *store.Store
+	placer *placement.Placer
+	api    *transport.API
 }
-
-type token struct{}
 
 type config struct {
 	idem              *idem.Store
@@ -247,23 +273,63 @@ func New(st *store.Store, opts ...Option) (*Service, error) {
 	if err := option.Apply(&c, opts, ErrConfig); err != nil {
 		return nil, err
 	}
-	s := &Service{store: st, config: c}
-	if c.locker != nil {
-		s.queues = newCombiner(s)
-	} else {
-		s.admitted = make(chan token, max(st.MaxConns(), 1))
+	placer, err := placement.New(st, placement.Config{
+		Locker: c.locker, Fallback: c.fallback, Snapshot: transport.Snapshot, Retry: c.retry, Attempts: c.attempts,
+		Budget: c.budget(), OutcomeWait: c.outcomeWait(), BatchLimit: c.batchLimit, QueueLimit: c.queueLimit,
+		QueueWait: c.queueWait, SoldOutFor: c.soldOutFor, Metrics: c.metrics, Log: c.log, Failpoints: c.failpoints,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return s, nil
+	flow, err := create.New(st, placer, create.Config{Idem: c.idem, Retry: c.retry, Budget: c.budget(),
+		Metrics: c.metrics, Log: c.log, Failpoints: c.failpoints})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	api, err := transport.New(transport.Config{Flow: flow, Store: st, Payments: c.payments, Restocked: placer.Restocked,
+		Codes: c.codes, Retry: c.retry, CallbackSecret: c.callbackSecret, CallbackTolerance: c.callbackTolerance,
+		Metrics: c.metrics, Log: c.log})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return &Service{store: st, placer: placer, api: api}, nil
 }
 
 // budget is how long the placing of a request may take: less than the
 // processing lease, so a retry never takes over a request still running.
-func (s *Service) budget() time.Duration {
-	if s.idem == nil {
+func (c config) budget() time.Duration {
+	if c.idem == nil {
 		return 30 * time.Second
 	}
-	return s.idem.Lease() * 4 / 5
+	return c.idem.Lease() * 4 / 5
 }
+
+// outcomeWait is the Retry-After of an outcome in doubt: the kept claim
+// sends the next attempt to Postgres after its lease.
+func (c config) outcomeWait() time.Duration {
+	if c.idem == nil {
+		return c.retry
+	}
+	return c.idem.Lease()
+}
+
+// Handler serves the order API (see transport.API.Handler):
+//
+//	POST /orders                    create (Idempotency-Key required)
+//	GET  /orders/{id}               read one of the caller's orders
+//	POST /orders/{id}/pay           pay (idempotent; payment_request_id = {id}:pay)
+//	POST /orders/{id}/cancel        cancel a CREATED or PAYMENT_FAILED order (restocks once)
+//	GET  /orders/requests?key=K     the saved answer of a create request
+//	POST /payments/callback         a provider's signed callback (see WithPaymentCallbacks)
+//
+// Every route but the callback needs Authorization: Bearer <HS256 JWT>; its
+// sub is the user. The callback is authenticated by its HMAC signature.
+func (s *Service) Handler(v *auth.Verifier) http.Handler { return s.api.Handler(v) }
+
+// Restocked tells the service that units of product came back to its
+// stock (a cancelled or expired order): a sold-out report of this instance
+// ends at once.
+func (s *Service) Restocked(product string) { s.placer.Restocked(product) }
 
 // Store returns the service's store.
 func (s *Service) Store() *store.Store { return s.store }

@@ -1,4 +1,4 @@
-package orders
+package transport
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/quorumlock/quorumlock/orders/answer"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/problem"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -24,89 +25,63 @@ type Reply struct {
 	Body   []byte
 }
 
-// answerKind is what a create request ended with.
-type answerKind uint8
+// Codes says which HTTP status codes answer the two idempotency conflicts:
+// a request whose key another attempt is still processing, and a key
+// reused with a different payload.
+type Codes string
 
+// Code sets.
 const (
-	// kindOutcome: an order or a saved rejection, new or replayed, whose
-	// saved snapshot is the answer.
-	kindOutcome answerKind = iota + 1
-	// kindRecord: the Redis record's saved answer, replayed.
-	kindRecord
-	// kindInProgress: another attempt with the key is under way.
-	kindInProgress
-	// kindKeyReused: the key was used for another request.
-	kindKeyReused
-	// kindUnknownProduct: no such product; nothing written.
-	kindUnknownProduct
-	// kindUnavailable: 503, nothing written; a retry proceeds.
-	kindUnavailable
-	// kindOutcomeUnknown: 503, the outcome of an earlier attempt is in
-	// doubt; the next attempt asks Postgres first.
-	kindOutcomeUnknown
-	// kindInternal: 500, a wiring fault.
-	kindInternal
-	// kindBadKey: 400, the Idempotency-Key is missing or invalid.
-	kindBadKey
+	// CodesSeed answers 202 Accepted (with Retry-After and a Location to
+	// poll) while a request is in flight, and 409 Conflict for a key reused
+	// with a different payload. The default.
+	CodesSeed Codes = "seed"
+	// CodesIETF answers as the IETF Idempotency-Key draft does: 409
+	// Conflict (with Retry-After) while a request is in flight, and 422
+	// Unprocessable Content for a key reused with a different payload.
+	CodesIETF Codes = "ietf"
 )
 
-// answer is the typed result of a create request, rendered by render: the
-// one place a create's outcome becomes a response.
-type answer struct {
-	kind    answerKind
-	out     store.Outcome  // kindOutcome
-	record  *idem.Response // kindRecord
-	wait    time.Duration  // Retry-After: in progress, unavailable, unknown
-	detail  string         // why: unavailable, internal, bad key
-	product string         // kindUnknownProduct
-}
-
-// render turns a create's answer into its reply.
-func (s *Service) render(a answer, key string) Reply {
-	switch a.kind {
-	case kindOutcome:
-		r := snapshotReply(a.out.ResponseStatus, a.out.ResponseBody, orderLocation(a.out))
-		if a.out.Replayed {
+// render turns a create's answer into its reply, with codes for the
+// idempotency conflicts.
+func (api *API) render(a answer.Answer, key string, codes Codes) Reply {
+	switch a.Kind {
+	case answer.Outcome:
+		r := savedReply(answer.Saved(a.Out))
+		if a.Out.Replayed {
 			r.Header.Set(HeaderReplayed, "true")
 		}
 		return r
-	case kindRecord:
-		r := snapshotReply(a.record.Status, a.record.Body, a.record.Location)
+	case answer.Record:
+		r := savedReply(*a.Record)
 		r.Header.Set(HeaderReplayed, "true")
 		return r
-	case kindInProgress:
-		return s.inProgressReply(key, a.wait, s.codes)
-	case kindKeyReused:
-		if s.codes == CodesIETF {
+	case answer.InProgress:
+		return api.inProgressReply(key, a.Wait, codes)
+	case answer.KeyReused:
+		if codes == CodesIETF {
 			return problemReply(problem.KeyReused())
 		}
 		return problemReply(problem.FingerprintMismatch())
-	case kindUnknownProduct:
-		return problemReply(problem.UnknownProduct(a.product))
-	case kindUnavailable:
-		return problemReply(problem.ServiceUnavailable(a.detail, a.wait))
-	case kindOutcomeUnknown:
-		return problemReply(problem.OutcomeUnknown(a.wait))
-	case kindBadKey:
-		return problemReply(problem.InvalidIdempotencyKey(a.detail))
+	case answer.UnknownProduct:
+		return problemReply(problem.UnknownProduct(a.Product))
+	case answer.Unavailable:
+		return problemReply(problem.ServiceUnavailable(a.Detail, a.Wait))
+	case answer.OutcomeUnknown:
+		return problemReply(problem.OutcomeUnknown(a.Wait))
+	case answer.BadKey:
+		return problemReply(problem.InvalidIdempotencyKey(a.Detail))
+	case answer.NoOutcome:
+		return problemReply(problem.NotFound("no completed request with this Idempotency-Key; retry the POST with it"))
 	}
-	return problemReply(problem.Internal(a.detail))
+	return problemReply(problem.Internal(a.Detail))
 }
 
-// orderLocation is where a created order lives: its id, never parsed back
-// from a body.
-func orderLocation(o store.Outcome) string {
-	if o.Kind != store.OutcomeOrder || o.Order.ID == "" || o.ResponseStatus != http.StatusCreated {
-		return ""
-	}
-	return "/orders/" + url.PathEscape(o.Order.ID)
-}
-
-// snapshot renders the answer saved with a new outcome, and replayed byte
+// Snapshot renders the answer saved with a new outcome, and replayed byte
 // for byte: 201 with the order's fields in a fixed order, or the
 // out-of-stock problem (of a cart, naming its short lines). The store
 // calls it inside the transaction.
-func snapshot(o store.Outcome) store.Snapshot {
+func Snapshot(o store.Outcome) store.Snapshot {
 	var (
 		body []byte
 		err  error
@@ -167,15 +142,15 @@ func shortItems(short []store.ShortLine) []problem.ShortItem {
 	return out
 }
 
-// snapshotReply is a saved snapshot as a reply: its content type follows
-// from its status, for first answers and replays alike (a content type
-// kept beside a snapshot is never sent back verbatim).
-func snapshotReply(status int, body []byte, location string) Reply {
-	r := jsonReply(status, body)
-	if location != "" {
-		r.Header.Set("Location", location)
+// savedReply is a saved answer as a reply: its content type follows from
+// its status, for first answers and replays alike (a content type kept
+// beside a snapshot is never sent back verbatim).
+func savedReply(r idem.Response) Reply {
+	rep := jsonReply(r.Status, r.Body)
+	if r.Location != "" {
+		rep.Header.Set("Location", r.Location)
 	}
-	return r
+	return rep
 }
 
 // jsonReply is a status and a JSON body; the content type follows from the
@@ -203,11 +178,6 @@ func problemReply(p problem.Problem) Reply {
 	return Reply{Status: problem.StatusOf(p), Header: h, Body: body}
 }
 
-// saved is the idempotency record's copy of a reply.
-func (r Reply) saved() idem.Response {
-	return idem.Response{Status: r.Status, ContentType: r.Header.Get("Content-Type"), Body: r.Body, Location: r.Header.Get("Location")}
-}
-
 // requestLocation is where a client polls a request still in progress.
 // The key travels in the query, so keys such as ".." survive path cleaning.
 func requestLocation(key string) string {
@@ -218,8 +188,8 @@ func requestLocation(key string) string {
 // processing: 202 with Retry-After and the Location to poll, or with
 // CodesIETF a 409 problem with the same headers (a POST; the poll always
 // answers 202).
-func (s *Service) inProgressReply(key string, lease time.Duration, codes Codes) Reply {
-	wait := min(max(lease, time.Second), s.retry)
+func (api *API) inProgressReply(key string, lease time.Duration, codes Codes) Reply {
+	wait := min(max(lease, time.Second), api.Retry)
 	var r Reply
 	if codes == CodesIETF {
 		r = problemReply(problem.RequestInProgress(wait))

@@ -1,4 +1,9 @@
-package orders
+// Package transport is the HTTP side of the order service: the routes,
+// the parsing of requests, and the rendering of every answer. It hands a
+// create request to the create flow and renders the answer that comes
+// back; reading, cancelling and paying go to the store and the payment
+// service.
+package transport
 
 import (
 	"context"
@@ -9,12 +14,47 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/orders/auth"
-	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/create"
+	"github.com/quorumlock/quorumlock/orders/metrics"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/problem"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
+
+// Config is what an API is built with; the order service fills it from
+// its options.
+type Config struct {
+	// Flow decides create requests.
+	Flow *create.Flow
+	// Store reads and moves orders.
+	Store *store.Store
+	// Payments enables POST /orders/{id}/pay; nil answers 501.
+	Payments *payment.Service
+	// Restocked is told of each product whose units a cancel gave back.
+	Restocked func(product string)
+	// Codes are the status codes of the idempotency conflicts.
+	Codes Codes
+	// Retry is the Retry-After of 503 answers.
+	Retry time.Duration
+	// CallbackSecret and CallbackTolerance check provider callbacks; no
+	// secret answers 404 on their route.
+	CallbackSecret    []byte
+	CallbackTolerance time.Duration
+	Metrics           *metrics.Metrics
+	Log               *slog.Logger
+}
+
+// API serves the order API.
+type API struct{ Config }
+
+// New returns the API of c.
+func New(c Config) (*API, error) {
+	if c.Flow == nil || c.Store == nil || c.Restocked == nil || c.Log == nil || c.Retry <= 0 {
+		return nil, errors.New("transport: a flow, a store, a restock hook, a logger and a retry are required")
+	}
+	return &API{Config: c}, nil
+}
 
 // Handler serves the order API:
 //
@@ -27,26 +67,26 @@ import (
 //
 // Every route but the callback needs Authorization: Bearer <HS256 JWT>; its
 // sub is the user. The callback is authenticated by its HMAC signature.
-func (s *Service) Handler(v *auth.Verifier) http.Handler {
+func (api *API) Handler(v *auth.Verifier) http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(ctx context.Context, user string, r *http.Request) Reply) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			reply := s.authed(r, v, h)
-			write(w, reply, s.log)
-			s.metrics.observe(pattern, reply.Status, time.Since(start).Seconds())
+			reply := authed(r, v, h)
+			write(w, reply, api.Log)
+			api.Metrics.Observe(pattern, reply.Status, time.Since(start).Seconds())
 		})
 	}
-	route("POST /orders", s.handleCreate)
-	route("GET /orders/{id}", s.handleGet)
-	route("POST /orders/{id}/pay", s.handlePay)
-	route("POST /orders/{id}/cancel", s.handleCancel)
-	route("GET /orders/requests", s.handleRequest)
-	mux.HandleFunc("POST /payments/callback", s.handleCallback)
+	route("POST /orders", api.handleCreate)
+	route("GET /orders/{id}", api.handleGet)
+	route("POST /orders/{id}/pay", api.handlePay)
+	route("POST /orders/{id}/cancel", api.handleCancel)
+	route("GET /orders/requests", api.handleRequest)
+	mux.HandleFunc("POST /payments/callback", api.handleCallback)
 	return mux
 }
 
-func (s *Service) authed(r *http.Request, v *auth.Verifier, h func(context.Context, string, *http.Request) Reply) Reply {
+func authed(r *http.Request, v *auth.Verifier, h func(context.Context, string, *http.Request) Reply) Reply {
 	user, err := v.Verify(r.Context(), r.Header.Get("Authorization"))
 	if err != nil {
 		detail := "a valid bearer token is required"
@@ -73,7 +113,9 @@ func write(w http.ResponseWriter, r Reply, log *slog.Logger) {
 	}
 }
 
-func (s *Service) handleCreate(ctx context.Context, user string, r *http.Request) Reply {
+// handleCreate parses a create request, hands it to the create flow, and
+// renders and logs the answer.
+func (api *API) handleCreate(ctx context.Context, user string, r *http.Request) Reply {
 	key, err := request.IdempotencyKey(r.Header)
 	if err != nil {
 		return problemReply(problem.InvalidIdempotencyKey(reason(err)))
@@ -86,7 +128,7 @@ func (s *Service) handleCreate(ctx context.Context, user string, r *http.Request
 		if errors.Is(err, request.ErrRead) {
 			// The read error names socket addresses: log it, answer
 			// without it.
-			s.log.Info("request body could not be read", "err", err)
+			api.Log.Info("request body could not be read", "err", err)
 			return problemReply(problem.InvalidRequest("", "the request body could not be read"))
 		}
 		var re *request.Error
@@ -96,7 +138,11 @@ func (s *Service) handleCreate(ctx context.Context, user string, r *http.Request
 		}
 		return problemReply(problem.InvalidRequest(field, reason(err)))
 	}
-	return s.Create(ctx, user, key, o)
+	start := time.Now()
+	a, l := api.Flow.Create(ctx, user, key, o)
+	rep := api.render(a, key.String(), api.Codes)
+	api.logRequest(ctx, l, user, key, o, rep, time.Since(start))
+	return rep
 }
 
 func reason(err error) string {
@@ -138,56 +184,47 @@ func orderReply(status int, o store.Order) Reply {
 
 // own reads an order and checks it belongs to user; another user's order
 // is reported as not found, so ids do not leak.
-func (s *Service) own(ctx context.Context, user, id string) (store.Order, *Reply) {
-	o, err := s.store.GetOrder(ctx, id)
+func (api *API) own(ctx context.Context, user, id string) (store.Order, *Reply) {
+	o, err := api.Store.GetOrder(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), err == nil && o.UserID != user:
 		r := problemReply(problem.NotFound("no such order"))
 		return o, &r
 	case err != nil:
-		s.log.Error("read order", "err", err)
-		r := problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
+		api.Log.Error("read order", "err", err)
+		r := problemReply(problem.ServiceUnavailable("the order database is unavailable", api.Retry))
 		return o, &r
 	}
 	return o, nil
 }
 
-func (s *Service) handleGet(ctx context.Context, user string, r *http.Request) Reply {
-	o, bad := s.own(ctx, user, r.PathValue("id"))
+func (api *API) handleGet(ctx context.Context, user string, r *http.Request) Reply {
+	o, bad := api.own(ctx, user, r.PathValue("id"))
 	if bad != nil {
 		return *bad
 	}
 	return orderReply(http.StatusOK, o)
 }
 
-func (s *Service) handleCancel(ctx context.Context, user string, r *http.Request) Reply {
-	if _, bad := s.own(ctx, user, r.PathValue("id")); bad != nil {
+func (api *API) handleCancel(ctx context.Context, user string, r *http.Request) Reply {
+	if _, bad := api.own(ctx, user, r.PathValue("id")); bad != nil {
 		return *bad
 	}
-	o, err := s.store.Cancel(ctx, r.PathValue("id"))
+	o, err := api.Store.Cancel(ctx, r.PathValue("id"))
 	for _, l := range o.Lines { // none unless this call gave them back
-		s.Restocked(l.ProductID)
+		api.Restocked(l.ProductID)
 	}
-	return s.transitionReply(o, err)
+	return api.transitionReply(o, err)
 }
 
-// Restocked tells the service that units of product came back to its
-// stock (a cancelled or expired order): a sold-out report of this instance
-// ends at once.
-func (s *Service) Restocked(product string) {
-	if s.queues != nil {
-		s.queues.restocked(product)
-	}
-}
-
-func (s *Service) handlePay(ctx context.Context, user string, r *http.Request) Reply {
-	if s.payments == nil {
+func (api *API) handlePay(ctx context.Context, user string, r *http.Request) Reply {
+	if api.Payments == nil {
 		return problemReply(problem.New(http.StatusNotImplemented, "payments-disabled", "Payments disabled", "this instance has no payment provider"))
 	}
-	if _, bad := s.own(ctx, user, r.PathValue("id")); bad != nil {
+	if _, bad := api.own(ctx, user, r.PathValue("id")); bad != nil {
 		return *bad
 	}
-	o, err := s.payments.Pay(ctx, r.PathValue("id"))
+	o, err := api.Payments.Pay(ctx, r.PathValue("id"))
 	var (
 		pending *payment.PendingError
 		failed  *payment.FailedError
@@ -197,16 +234,16 @@ func (s *Service) handlePay(ctx context.Context, user string, r *http.Request) R
 		return payReply(http.StatusOK, o, payView{Status: string(store.PaymentSucceeded)})
 	case errors.As(err, &pending):
 		rep := payReply(http.StatusAccepted, o, payView{Status: string(store.PaymentPending), Reason: pending.Reason})
-		rep.Header.Set("Retry-After", problem.RetryAfter(s.retry))
+		rep.Header.Set("Retry-After", problem.RetryAfter(api.Retry))
 		if pending.Cause != nil {
-			s.log.Warn("payment still open", "order_id", o.ID, "reason", pending.Reason, "err", pending.Cause)
+			api.Log.Warn("payment still open", "order_id", o.ID, "reason", pending.Reason, "err", pending.Cause)
 		}
 		return rep
 	case errors.As(err, &failed):
 		// The order is PAYMENT_FAILED: cancel it, or the reaper will.
 		return payReply(http.StatusOK, o, payView{Status: string(store.PaymentFailed), Reason: failed.Reason})
 	}
-	return s.transitionReply(o, err)
+	return api.transitionReply(o, err)
 }
 
 // payView is the payment part of a pay answer: its status and, while it is
@@ -227,7 +264,7 @@ func payReply(status int, o store.Order, p payView) Reply {
 	return jsonReply(status, body)
 }
 
-func (s *Service) transitionReply(o store.Order, err error) Reply {
+func (api *API) transitionReply(o store.Order, err error) Reply {
 	var te *store.TransitionError
 	switch {
 	case err == nil:
@@ -240,53 +277,19 @@ func (s *Service) transitionReply(o store.Order, err error) Reply {
 	case errors.Is(err, store.ErrNotFound):
 		return problemReply(problem.NotFound("no such order"))
 	}
-	s.log.Error("order transition", "err", err)
-	return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
+	api.Log.Error("order transition", "err", err)
+	return problemReply(problem.ServiceUnavailable("the order database is unavailable", api.Retry))
 }
 
 // handleRequest answers the saved outcome of a create request, for clients
 // that got 202: the saved status and body; 202 again while an attempt holds
-// its processing lease; 404 when no attempt left an outcome. Postgres is
-// asked whenever Redis has no final answer, and a found outcome repairs the
-// Redis record.
-func (s *Service) handleRequest(ctx context.Context, user string, r *http.Request) Reply {
+// its processing lease; 404 when no attempt left an outcome (see
+// create.Flow.Poll).
+func (api *API) handleRequest(ctx context.Context, user string, r *http.Request) Reply {
 	key, err := request.ParseKey(r.URL.Query().Get("key"))
 	if err != nil {
 		return problemReply(problem.InvalidIdempotencyKey(reason(err)))
 	}
-	k, err := idem.NewKey(user, key)
-	if err != nil {
-		s.log.Error("idempotency key refused", "err", err)
-		return problemReply(problem.Internal("the request could not be keyed"))
-	}
-	var rec idem.Record
-	haveRec := false
-	if s.idem != nil {
-		if rec, err = s.idem.Get(ctx, k); err == nil {
-			haveRec = true
-			if rec.State == idem.StateSuccess && rec.Response != nil {
-				return s.render(answer{kind: kindRecord, record: rec.Response}, key.String())
-			}
-		}
-	}
-	out, err := s.store.Lookup(ctx, user, key)
-	switch {
-	case err == nil:
-		rep := s.render(answer{kind: kindOutcome, out: out}, key.String())
-		if haveRec {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := s.idem.Repair(rctx, k, out.Fingerprint, rep.saved()); err != nil {
-				s.log.Warn("poll: repair of the idempotency record failed", "err", err)
-			}
-			cancel()
-		}
-		return rep
-	case !errors.Is(err, store.ErrNotFound):
-		return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
-	case haveRec && rec.State == idem.StateInProgress && rec.LeaseLeft > 0:
-		// LeaseLeft is measured on the node's clock, so a skew between
-		// this host and the node does not turn a live attempt into a 404.
-		return s.inProgressReply(key.String(), rec.LeaseLeft, CodesSeed)
-	}
-	return problemReply(problem.NotFound("no completed request with this Idempotency-Key; retry the POST with it"))
+	// The poll always answers an attempt in flight with 202.
+	return api.render(api.Flow.Poll(ctx, user, key), key.String(), CodesSeed)
 }
