@@ -90,27 +90,3 @@ func (q quorumLease) Unlock(ctx context.Context) error { return UnlockError(q.l.
 func (q quorumLease) Detail() LeaseDetail {
 	return LeaseDetail{Key: strings.Join(q.l.Keys(), ","), TokenDigest: q.l.TokenDigest(), Fence: q.l.Fence(), Until: q.l.Until()}
 }
-
-// Fallback says what the service does when the lock cannot be taken.
-type Fallback = placement.Fallback
-
-// Fallback modes.
-const (
-	// FallbackDB lets Postgres arbitrate alone: the order transaction takes
-	// its fence itself, and the conditional decrement still holds. The
-	// default.
-	FallbackDB = placement.FallbackDB
-	// FallbackReject answers 503 with Retry-After.
-	FallbackReject = placement.FallbackReject
-)
-
-// ParseFallback reads a Fallback from configuration; "" is FallbackDB.
-func ParseFallback(s string) (Fallback, error) {
-	switch f := Fallback(s); f {
-	case FallbackDB, FallbackReject:
-		return f, nil
-	case "":
-		return FallbackDB, nil
-	}
-	return "", fmt.Errorf("%w: lock fallback %q: want db or reject", ErrConfig, s)
-}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/orders/answer"
+	"github.com/quorumlock/quorumlock/orders/request"
+	"github.com/quorumlock/quorumlock/orders/store"
 )
 
 // Result is what placing one order came to: its answer, what the answer
@@ -35,22 +37,9 @@ type LockLog struct {
 	Unlock      string        // released, unconfirmed, lost, error
 }
 
-// unplaced is the 503 of a request that wrote nothing.
-func (p *Placer) unplaced(result, detail string) Result {
-	p.Metrics.Place(result)
-	return Result{Answer: answer.Answer{Kind: answer.Unavailable, Detail: detail, Wait: p.Retry},
-		Verdict: answer.Retryable, Log: Log{Result: result}}
-}
-
-// allFail gives every ticket of batch the answer a that nothing was
-// written, with log.
-func (p *Placer) allFail(batch []*ticket, log Log, a answer.Answer) []Result {
-	out := make([]Result, len(batch))
-	for i, t := range batch {
-		l := log
-		l.Queued = time.Since(t.joined)
-		p.Metrics.Place(l.Result)
-		out[i] = Result{Answer: a, Verdict: answer.Retryable, Log: l}
-	}
-	return out
+// Order is one request to place: who asks, under which key, and the id a
+// new order gets, and its lines (one for a single-product order).
+type Order struct {
+	Req   store.OrderRequest
+	Lines []request.Line
 }

@@ -150,3 +150,23 @@ func (p *Placer) unknown(ctx context.Context, product string) (Result, bool) {
 	p.Metrics.Place(r.Log.Result)
 	return r, true
 }
+
+// unplaced is the 503 of a request that wrote nothing.
+func (p *Placer) unplaced(result, detail string) Result {
+	p.Metrics.Place(result)
+	return Result{Answer: answer.Answer{Kind: answer.Unavailable, Detail: detail, Wait: p.Retry},
+		Verdict: answer.Retryable, Log: Log{Result: result}}
+}
+
+// allFail gives every ticket of batch the answer a that nothing was
+// written, with log.
+func (p *Placer) allFail(batch []*ticket, log Log, a answer.Answer) []Result {
+	out := make([]Result, len(batch))
+	for i, t := range batch {
+		l := log
+		l.Queued = time.Since(t.joined)
+		p.Metrics.Place(l.Result)
+		out[i] = Result{Answer: a, Verdict: answer.Retryable, Log: l}
+	}
+	return out
+}
