@@ -64,6 +64,10 @@ func (f *Flow) decide(ctx context.Context, user string, key request.Key, o reque
 	req := store.OrderRequest{UserID: user, IdempotencyKey: key, Fingerprint: fp, Quantity: int64(o.Units()), OrderID: id}
 	r := f.placer.Place(pctx, placement.Order{Req: req, Lines: o.Lines()})
 	l.Place, l.Verdict = r.Log, r.Verdict
+	f.Metrics.Place(r.Log.Result)
+	if r.Log.Fallback != "" {
+		f.Metrics.Fallback(r.Log.Fallback, 1)
+	}
 	return r.Answer, l
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/quorumlock/quorumlock/orders/answer"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -14,8 +15,9 @@ import (
 // else in one transaction under one lease on every stock key of the
 // batch. The work runs to its own budget whatever happens to the leader's
 // context, since it places the others' orders too. It returns one result
-// per ticket. It is the function the combiner runs.
-func (p *Placer) runBatch(ctx context.Context, _ string, batch []*ticket, soldOut bool) []Result {
+// per ticket, and the products the batch found without stock. It is the
+// function the combiner runs.
+func (p *Placer) runBatch(ctx context.Context, _ string, batch []*ticket, soldOut bool) ([]Result, []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Budget)
 	defer cancel()
 	p.Metrics.Batch(len(batch))
@@ -30,7 +32,7 @@ func (p *Placer) runBatch(ctx context.Context, _ string, batch []*ticket, soldOu
 // lease when the fence was stale (a bounded number of times). The lease is
 // all or nothing on the lock nodes, so batches that share products, named
 // in any order, never deadlock.
-func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) []Result {
+func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) ([]Result, []string) {
 	var keys []string
 	for _, t := range batch {
 		for _, l := range t.order.Lines {
@@ -40,11 +42,11 @@ func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) []Result {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	log := Log{Batch: len(batch)}
 	for {
-		lease, fail := p.lockStock(ctx, keys, len(batch), &log)
+		lease, fail := p.lockStock(ctx, keys, &log)
 		if fail != nil {
-			return p.allFail(batch, log, *fail)
+			return p.allFail(batch, log, *fail), nil
 		}
-		res := p.transact(ctx, batch, lease, &log)
+		res, soldOut := p.transact(ctx, batch, lease, &log)
 		p.release(ctx, lease, log.Lock)
 		if errors.Is(res[0].err, store.ErrStaleFence) && log.Attempts < p.Attempts && ctx.Err() == nil {
 			// A newer holder wrote first: this lease was lost. Take a new
@@ -58,7 +60,7 @@ func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) []Result {
 			l.Queued = time.Since(t.joined)
 			out[i] = p.outcome(t, res[i], l)
 		}
-		return out
+		return out, soldOut
 	}
 }
 
@@ -66,7 +68,7 @@ func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) []Result {
 // without stock moments ago: the out-of-stock outcomes are saved in one
 // write, without the lock, for every key that has no outcome yet; the
 // others take the normal path, which replays theirs.
-func (p *Placer) sellNothing(ctx context.Context, batch []*ticket) []Result {
+func (p *Placer) sellNothing(ctx context.Context, batch []*ticket) ([]Result, []string) {
 	carts := make([]store.Cart, len(batch))
 	for i, t := range batch {
 		carts[i] = p.cartOf(t, nil)
@@ -87,10 +89,24 @@ func (p *Placer) sellNothing(ctx context.Context, batch []*ticket) []Result {
 		log := Log{Batch: len(batch), Queued: time.Since(t.joined), SoldOut: true}
 		out[i] = p.outcome(t, txResult{Placed: res[i]}, log)
 	}
-	if len(rest) > 0 {
-		for j, r := range p.lockedBatch(ctx, rest) {
-			out[restAt[j]] = r
-		}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	placed, soldOut := p.lockedBatch(ctx, rest)
+	for j, r := range placed {
+		out[restAt[j]] = r
+	}
+	return out, soldOut
+}
+
+// allFail gives every ticket of batch the answer a that nothing was
+// written, with log.
+func (p *Placer) allFail(batch []*ticket, log Log, a answer.Answer) []Result {
+	out := make([]Result, len(batch))
+	for i, t := range batch {
+		l := log
+		l.Queued = time.Since(t.joined)
+		out[i] = Result{Answer: a, Verdict: answer.Retryable, Log: l}
 	}
 	return out
 }

@@ -26,8 +26,9 @@ type combiner struct {
 type combinerConfig struct {
 	// run places one batch of the queue named queue, led by the request
 	// whose context is ctx; soldOut says that a transaction found the
-	// queue's product without stock moments ago. One result per ticket.
-	run func(ctx context.Context, queue string, batch []*ticket, soldOut bool) []Result
+	// queue's product without stock moments ago. It returns one result per
+	// ticket, and the products the batch found without stock.
+	run func(ctx context.Context, queue string, batch []*ticket, soldOut bool) ([]Result, []string)
 	// unplaced is the answer of a request that leaves without a batch.
 	unplaced func(result, detail string) Result
 	// waiting moves the gauge of the waiting requests.
@@ -161,7 +162,8 @@ func (c *combiner) lead(q *queue, me *ticket) Result {
 		t.done <- ticketEnd{res: c.unplaced("cancelled", "request cancelled or out of time")}
 	}
 	if len(batch) > 0 {
-		results := c.run(me.ctx, q.product, batch, c.isSoldOut(q))
+		results, soldOut := c.run(me.ctx, q.product, batch, c.isSoldOut(q))
+		c.soldOut(soldOut)
 		for i, t := range batch {
 			t.done <- ticketEnd{res: results[i]}
 		}
@@ -235,12 +237,14 @@ func (c *combiner) isSoldOut(q *queue) bool {
 	return !q.soldOut.IsZero() && time.Since(q.soldOut) < c.soldOutFor
 }
 
-// soldOut notes that a transaction found product without stock.
-func (c *combiner) soldOut(product string) {
+// soldOut notes that a transaction found products without stock.
+func (c *combiner) soldOut(products []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q := c.queues[product]; q != nil {
-		q.soldOut = time.Now()
+	for _, p := range products {
+		if q := c.queues[p]; q != nil {
+			q.soldOut = time.Now()
+		}
 	}
 }
 

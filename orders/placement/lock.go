@@ -15,16 +15,16 @@ import (
 // lock's own retries for every batch would stall every product.
 const lockProbe = 5 * time.Second
 
-// lockStock takes the stock lock of keys for n requests, noting it in log.
+// lockStock takes the stock lock of keys, noting it in log (the create
+// flow counts the requests that went without it).
 // It returns the lease; no lease and no answer when the lock is out of
 // reach and Postgres arbitrates alone (FallbackDB); or the answer that
 // nothing was written.
-func (p *Placer) lockStock(ctx context.Context, keys []string, n int, log *Log) (Lease, *answer.Answer) {
+func (p *Placer) lockStock(ctx context.Context, keys []string, log *Log) (Lease, *answer.Answer) {
 	key := strings.Join(keys, ",")
 	if p.Fallback == FallbackDB && time.Now().UnixNano() < p.lockDown.Load() {
 		// The lock was out of reach moments ago: Postgres arbitrates
 		// without waiting for it again until the next probe.
-		p.Metrics.Fallback(string(FallbackDB), n)
 		log.Fallback = string(FallbackDB)
 		return nil, nil
 	}
@@ -52,12 +52,10 @@ func (p *Placer) lockStock(ctx context.Context, keys []string, n int, log *Log) 
 		p.Log.Error("stock lock: fence unavailable", "key", key, "err", err)
 		return unavailable("error", "the order database is unavailable")
 	case p.Fallback == FallbackReject:
-		p.Metrics.Fallback(string(FallbackReject), n)
 		log.Fallback = string(FallbackReject)
 		p.Log.Warn("stock lock unavailable; rejecting", "key", key, "err", err)
 		return unavailable("lock_unavailable", "the stock lock is unavailable")
 	}
-	p.Metrics.Fallback(string(FallbackDB), n)
 	log.Fallback = string(FallbackDB)
 	p.lockDown.Store(time.Now().Add(lockProbe).UnixNano())
 	p.Log.Warn("stock lock quorum unavailable; Postgres arbitrates", "key", key, "err", err, "probe_in", lockProbe)

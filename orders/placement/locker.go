@@ -76,4 +76,3 @@ const (
 // Stock lock keys are "stock:" + product id; the fence counter of a
 // product's stock has the same key.
 func stockKey(productID string) string { return "stock:" + productID }
-

@@ -2,9 +2,11 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/quorumlock/quorumlock/orders/answer"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
@@ -56,7 +58,7 @@ func (p *Placer) alone(ctx context.Context, o Order) Result {
 	defer leave()
 	t := &ticket{ctx: ctx, order: o, joined: start}
 	log := Log{Batch: 1, Queued: time.Since(start)}
-	res := p.transact(ctx, []*ticket{t}, nil, &log)
+	res, _ := p.transact(ctx, []*ticket{t}, nil, &log)
 	return p.outcome(t, res[0], log)
 }
 
@@ -79,4 +81,25 @@ func (p *Placer) Queued(product string) int {
 		product = cartQueue
 	}
 	return p.queues.queued(product)
+}
+
+// unknown reports whether product cannot be sold: it does not exist, or
+// the database could not tell. One read per product and instance.
+func (p *Placer) unknown(ctx context.Context, product string) (Result, bool) {
+	if p.known.has(product) {
+		return Result{}, false
+	}
+	_, err := p.st.Stock(ctx, product)
+	var r Result
+	switch {
+	case err == nil:
+		p.known.add(product)
+		return Result{}, false
+	case errors.Is(err, store.ErrNotFound):
+		r.Answer, r.Log.Result = answer.Answer{Kind: answer.UnknownProduct, Product: product}, "unknown_product"
+	default:
+		p.Log.Error("read stock", "err", err)
+		r.Answer, r.Log.Result = answer.Answer{Kind: answer.Unavailable, Detail: "the order database is unavailable", Wait: p.Retry}, "error"
+	}
+	return r, true
 }

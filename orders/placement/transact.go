@@ -33,10 +33,10 @@ func (p *Placer) cartOf(t *ticket, lease Lease) store.Cart {
 }
 
 // transact places the orders of batch in one transaction, fenced by lease
-// (nil: Postgres takes the fences itself), and notes the products it sold
-// out; retrying a stale fence is the caller's. It returns one result per
-// order and reports what it did in log.
-func (p *Placer) transact(ctx context.Context, batch []*ticket, lease Lease, log *Log) []txResult {
+// (nil: Postgres takes the fences itself); retrying a stale fence is the
+// caller's. It returns one result per order, and the products the
+// transaction left without stock, and reports what it did in log.
+func (p *Placer) transact(ctx context.Context, batch []*ticket, lease Lease, log *Log) ([]txResult, []string) {
 	carts := make([]store.Cart, len(batch))
 	for i, t := range batch {
 		carts[i] = p.cartOf(t, lease)
@@ -44,6 +44,7 @@ func (p *Placer) transact(ctx context.Context, batch []*ticket, lease Lease, log
 	log.Attempts++
 	res, err := p.st.PlaceCarts(ctx, carts)
 	out := make([]txResult, len(batch))
+	var soldOut []string
 	for i := range out {
 		if err != nil {
 			out[i].err = err
@@ -51,12 +52,12 @@ func (p *Placer) transact(ctx context.Context, batch []*ticket, lease Lease, log
 		}
 		out[i].Placed = res[i].Placed
 		for j, left := range res[i].Left {
-			if left == 0 && p.queues != nil {
-				p.queues.soldOut(batch[i].order.Lines[j].ProductID)
+			if left == 0 {
+				soldOut = append(soldOut, batch[i].order.Lines[j].ProductID)
 			}
 		}
 	}
-	return out
+	return out, soldOut
 }
 
 // productsOf names t's products, joined by commas.
@@ -108,7 +109,6 @@ func (p *Placer) outcome(t *ticket, r txResult, log Log) Result {
 		*a, res.Verdict = p.ambiguous(t.ctx, t.order.Req)
 		res.Log.Result = "error"
 	}
-	p.Metrics.Place(res.Log.Result)
 	return res
 }
 
@@ -129,44 +129,8 @@ func (p *Placer) ambiguous(ctx context.Context, req store.OrderRequest) (answer.
 	return answer.Answer{Kind: answer.OutcomeUnknown, Wait: p.OutcomeWait}, answer.Unknown
 }
 
-// unknown reports whether product cannot be sold: it does not exist, or
-// the database could not tell. One read per product and instance.
-func (p *Placer) unknown(ctx context.Context, product string) (Result, bool) {
-	if p.known.has(product) {
-		return Result{}, false
-	}
-	_, err := p.st.Stock(ctx, product)
-	var r Result
-	switch {
-	case err == nil:
-		p.known.add(product)
-		return Result{}, false
-	case errors.Is(err, store.ErrNotFound):
-		r.Answer, r.Log.Result = answer.Answer{Kind: answer.UnknownProduct, Product: product}, "unknown_product"
-	default:
-		p.Log.Error("read stock", "err", err)
-		r.Answer, r.Log.Result = answer.Answer{Kind: answer.Unavailable, Detail: "the order database is unavailable", Wait: p.Retry}, "error"
-	}
-	p.Metrics.Place(r.Log.Result)
-	return r, true
-}
-
 // unplaced is the 503 of a request that wrote nothing.
 func (p *Placer) unplaced(result, detail string) Result {
-	p.Metrics.Place(result)
 	return Result{Answer: answer.Answer{Kind: answer.Unavailable, Detail: detail, Wait: p.Retry},
 		Verdict: answer.Retryable, Log: Log{Result: result}}
-}
-
-// allFail gives every ticket of batch the answer a that nothing was
-// written, with log.
-func (p *Placer) allFail(batch []*ticket, log Log, a answer.Answer) []Result {
-	out := make([]Result, len(batch))
-	for i, t := range batch {
-		l := log
-		l.Queued = time.Since(t.joined)
-		p.Metrics.Place(l.Result)
-		out[i] = Result{Answer: a, Verdict: answer.Retryable, Log: l}
-	}
-	return out
 }
