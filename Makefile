@@ -12,9 +12,14 @@ export QUORUMLOCK_POSTGRES_IMAGE ?= quorumlock/postgres:bookworm
 export QUORUMLOCK_TESTBED ?= auto
 
 STATICCHECK_VERSION := v0.8.2
+APIDIFF_VERSION := v0.0.0-20261113113407-e3970619a1a4
+# The packages whose exported API is promised (CONTRIBUTING.md, "The public
+# API"); their baselines are api/<pkg>.export. The lease API package joins
+# the list, with its baseline, once it exists (`make api-baseline`).
+API_PACKAGES := quorum etcdlock fencing
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images lint test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
+.PHONY: help deps images lint api-baseline api-report test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
 
 help:
 	@echo "make demo    run the main job on a test bed (docker when the images exist, else local processes; installs redis-server and postgresql only)"
@@ -25,6 +30,7 @@ help:
 	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
 	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
 	@echo "make chaos   every fault scenario on both locks, with and without the fence, each on 3 seeds (60 minutes at most); writes docs/SAFETY.md"
+	@echo "make api-baseline  record the exported API of $(API_PACKAGES) in api/, which make lint compares against"
 	@echo "make fuzz    run each fuzz target for a while"
 	@echo "make up      the docker-compose stack (5 masters, Postgres, 3 ordersd, fakepay, Prometheus on 127.0.0.1:19090); waits until every service is healthy"
 	@echo "make down    stop the stack and remove its volumes (compose-up / compose-down: aliases of up / down)"
@@ -47,6 +53,21 @@ lint:
 	$(GO) vet ./...
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(GOBIN)/staticcheck ./...
+	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+	API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh check
+	APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck_test.sh
+	bash scripts/readme_test.sh
+
+# Rewrites the API baselines from the code as it is: run when a version is
+# tagged (CONTRIBUTING.md, "The public API").
+api-baseline:
+	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+	API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh baseline
+
+# Prints the incompatible changes against the baselines as draft CHANGELOG lines.
+api-report:
+	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+	@API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh report
 
 # Every package, with the race detector, on the bed chosen by QUORUMLOCK_TESTBED.
 test-go:

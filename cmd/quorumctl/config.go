@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/quorumlock/quorumlock/internal/cli"
 	"github.com/quorumlock/quorumlock/internal/ordersenv"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -107,40 +108,10 @@ func (a *app) settings(cmd *cobra.Command, v *flagVars, groups int) (settings, e
 		errs = append(errs, fmt.Errorf("--timeout must be positive, got %v", s.timeout))
 	}
 	if groups&withRedis != 0 {
-		addrs, _ := a.value(fs, "redis", ordersenv.VarRedisAddrs)
-		list, err := ordersenv.RedisAddrs(addrs)
-		switch {
-		case err != nil && strings.Trim(addrs, " ,") == "":
-			err = fmt.Errorf("no Redis masters: set %s or --redis to HOST:PORT[,HOST:PORT...]: %w", ordersenv.VarRedisAddrs, ordersenv.ErrInvalid)
-		case err != nil:
-			err = fmt.Errorf("the Redis masters (--redis, or %s): %w", ordersenv.VarRedisAddrs, err)
-		}
-		errs = append(errs, err)
-		s.addrs = list
-		s.redisUser, _ = a.value(fs, "redis-username", ordersenv.VarRedisUsername)
-		pw, err := a.secret(ordersenv.VarRedisPassword)
-		errs = append(errs, err)
-		s.redisPassword = pw
-		a.addSecret(pw)
-		useTLS, err := a.boolValue(fs, "redis-tls", ordersenv.VarRedisTLS)
-		errs = append(errs, err)
-		ca, _ := a.value(fs, "redis-tls-ca-file", ordersenv.VarRedisTLSCAFile)
-		if useTLS || ca != "" {
-			tc, err := ordersenv.RedisTLS(ca)
-			errs = append(errs, err)
-			s.redisTLS = tc
-		}
+		errs = append(errs, a.redisSettings(fs, &s))
 	}
 	if groups&withGuard != 0 {
-		d, err := a.durationValue(fs, "lock-ttl", ordersenv.VarLockTTL)
-		errs = append(errs, err)
-		s.window = d
-		if err == nil && d <= 0 {
-			errs = append(errs, fmt.Errorf("the lock TTL (--lock-ttl, ORDERS_LOCK_TTL) must be positive, got %v", d))
-		}
-		durable, err := a.boolValue(fs, "redis-durable", ordersenv.VarRedisDurable)
-		errs = append(errs, err)
-		s.durable = durable
+		errs = append(errs, a.guardSettings(fs, &s))
 	}
 	if groups&withNodeTimeout != 0 {
 		d, err := a.durationValue(fs, "node-timeout", ordersenv.VarNodeTimeout)
@@ -161,9 +132,55 @@ func (a *app) settings(cmd *cobra.Command, v *flagVars, groups int) (settings, e
 		a.addDatabaseSecrets(s.databaseURL)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return s, usageError("%w", err)
+		return s, cli.UsageError("%w", err)
 	}
 	return s, nil
+}
+
+// redisSettings resolves the masters, their credentials and TLS into s,
+// and returns every problem joined.
+func (a *app) redisSettings(fs *pflag.FlagSet, s *settings) error {
+	var errs []error
+	addrs, _ := a.value(fs, "redis", ordersenv.VarRedisAddrs)
+	list, err := ordersenv.RedisAddrs(addrs)
+	switch {
+	case err != nil && strings.Trim(addrs, " ,") == "":
+		err = fmt.Errorf("no Redis masters: set %s or --redis to HOST:PORT[,HOST:PORT...]: %w", ordersenv.VarRedisAddrs, ordersenv.ErrInvalid)
+	case err != nil:
+		err = fmt.Errorf("the Redis masters (--redis, or %s): %w", ordersenv.VarRedisAddrs, err)
+	}
+	errs = append(errs, err)
+	s.addrs = list
+	s.redisUser, _ = a.value(fs, "redis-username", ordersenv.VarRedisUsername)
+	pw, err := a.secret(ordersenv.VarRedisPassword)
+	errs = append(errs, err)
+	s.redisPassword = pw
+	a.addSecret(pw)
+	useTLS, err := a.boolValue(fs, "redis-tls", ordersenv.VarRedisTLS)
+	errs = append(errs, err)
+	ca, _ := a.value(fs, "redis-tls-ca-file", ordersenv.VarRedisTLSCAFile)
+	if useTLS || ca != "" {
+		tc, err := ordersenv.RedisTLS(ca)
+		errs = append(errs, err)
+		s.redisTLS = tc
+	}
+	return errors.Join(errs...)
+}
+
+// guardSettings resolves the restart window (ordersd's lock TTL) and the
+// masters' durability into s, and returns every problem joined.
+func (a *app) guardSettings(fs *pflag.FlagSet, s *settings) error {
+	var errs []error
+	d, err := a.durationValue(fs, "lock-ttl", ordersenv.VarLockTTL)
+	errs = append(errs, err)
+	s.window = d
+	if err == nil && d <= 0 {
+		errs = append(errs, fmt.Errorf("the lock TTL (--lock-ttl, ORDERS_LOCK_TTL) must be positive, got %v", d))
+	}
+	durable, err := a.boolValue(fs, "redis-durable", ordersenv.VarRedisDurable)
+	errs = append(errs, err)
+	s.durable = durable
+	return errors.Join(errs...)
 }
 
 // value returns the flag name when it was set, else the variable envName.
@@ -299,11 +316,11 @@ func redactDSN(dsn string) string {
 // connectDB opens one connection to the database of s within its timeout.
 func (s settings) connectDB(ctx context.Context) (*pgx.Conn, error) {
 	if s.databaseURL == "" {
-		return nil, usageError("no database: set ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE) or --database-url")
+		return nil, cli.UsageError("no database: set ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE) or --database-url")
 	}
 	cfg, err := pgx.ParseConfig(s.databaseURL)
 	if err != nil {
-		return nil, usageError("database URL %s: %w", redactDSN(s.databaseURL), err)
+		return nil, cli.UsageError("database URL %s: %w", redactDSN(s.databaseURL), err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -29,7 +29,7 @@ func (a *app) fenceCmd() *cobra.Command {
 fence of the latest lease taken on KEY with a fencer. It prints "none" (0 in
 JSON) when KEY never had one.`,
 		Args: keyArg,
-		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+		RunE: a.phase.RunE(func(cmd *cobra.Command, args []string) error {
 			s, err := a.settings(cmd, &v, groups)
 			if err != nil {
 				return err
@@ -102,7 +102,7 @@ payment request.
 
 Exit status 1 when any invariant is broken.`,
 		Args: cobra.NoArgs,
-		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: a.phase.RunE(func(cmd *cobra.Command, _ []string) error {
 			s, err := a.settings(cmd, &v, groups)
 			if err != nil {
 				return err

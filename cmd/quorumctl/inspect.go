@@ -55,7 +55,7 @@ func (a *app) inspectCmd() *cobra.Command {
 whether a majority of them holds one token: then the lock is held. Values are
 shown as a digest (the first 8 hex digits of their SHA-256), never in full.`,
 		Args: keyArg,
-		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+		RunE: a.phase.RunE(func(cmd *cobra.Command, args []string) error {
 			s, err := a.settings(cmd, &v, groups)
 			if err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/quorumlock/quorumlock/internal/cli"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -23,7 +24,7 @@ func movedCmd(name string) *cobra.Command {
 		DisableFlagParsing: true, // the earlier flags are quorumbed's
 		RunE: func(_ *cobra.Command, args []string) error {
 			line := strings.Join(append([]string{name}, args...), " ")
-			return usageError("%s moved to quorumbed, a separate command that links the test bed: go run ./devtools/cmd/quorumbed %s", name, line)
+			return cli.UsageError("%s moved to quorumbed, a separate command that links the test bed: go run ./devtools/cmd/quorumbed %s", name, line)
 		},
 	}
 }
@@ -46,9 +47,9 @@ lock; the trust ends by itself at the node's next restart.`,
 				}
 			}
 			if len(list) == 0 {
-				return usageError("trust: --addrs names no node")
+				return cli.UsageError("trust: --addrs names no node")
 			}
-			a.started = true
+			a.phase.Begin()
 			return trust(cmd.Context(), list, a.stdout)
 		},
 	}

@@ -21,12 +21,12 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/storetest"
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
-	"github.com/quorumlock/quorumlock/internal/cliflags"
+	"github.com/quorumlock/quorumlock/internal/cli"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietLogger{}) // as main does
+	redis.SetLogger(cli.QuietLogger{}) // as main does
 	os.Exit(m.Run())
 }
 
@@ -51,7 +51,7 @@ func (r result) code() int {
 	if r.err == nil {
 		return 0
 	}
-	return exitCode(r.err)
+	return cli.ExitCode(r.err)
 }
 
 // ctl runs quorumctl with args, the environment env only (not the test
@@ -165,7 +165,7 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"unlock", "k", "--", "-token"}, []string{"unlock", "k", "--", "-token"}},
 		{[]string{"status", "-nosuchflag"}, []string{"status", "-nosuchflag"}},
 	} {
-		if got := cliflags.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
+		if got := cli.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("Normalize(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}

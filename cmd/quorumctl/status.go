@@ -78,7 +78,7 @@ restart. It also checks the database when one is configured.
 Exit status 1 when fewer than a majority of the masters may vote, or the
 configured database does not answer.`,
 		Args: cobra.NoArgs,
-		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: a.phase.RunE(func(cmd *cobra.Command, _ []string) error {
 			s, err := a.settings(cmd, &v, groups)
 			if err != nil {
 				return err

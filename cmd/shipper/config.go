@@ -131,114 +131,156 @@ shipper takes no arguments: it is configured by the environment.
 // names its variable and none carries a secret's value; all the errors are
 // reported at once.
 func parseConfig(env ordersenv.Lookup) (config, error) {
+	r := &envReader{env: env}
 	var c config
-	var errs []error
-	get := func(name, def string) string {
-		if v, ok := env(name); ok {
-			return v
-		}
+	c.databaseURL = r.databaseURL()
+	pw, err := ordersenv.Secret(env, ordersenv.VarRedisPassword)
+	r.check(err)
+	c.redisPassword = secret(pw)
+	c.redisUser = r.get(ordersenv.VarRedisUsername, "")
+	c.eventsAddr = r.eventsAddr()
+	c.redisTLS = r.redisTLS()
+	c.stream = r.get(varEventsStream, events.DefaultStream)
+	if c.stream == "" {
+		r.check(fmt.Errorf("%s is empty", varEventsStream))
+	}
+	c.group = r.get(varGroup, defaultGroup)
+	if c.group == "" || strings.ContainsAny(c.group, " \t\r\n{}") {
+		r.check(fmt.Errorf("%s %q: want a non-empty name without spaces or braces", varGroup, c.group))
+	}
+	c.name = r.consumerName()
+	c.claimIdle = r.duration(varClaimIdle, events.DefaultClaimIdle)
+	if c.claimIdle > 0 && c.claimIdle < minClaimIdle {
+		r.check(fmt.Errorf("%s must be at least %v, got %v", varClaimIdle, minClaimIdle, c.claimIdle))
+	}
+	c.lease = r.duration(varLease, events.DefaultLease)
+	c.window = r.duration(varWindow, events.DefaultWindow)
+	c.listen = r.get(varListen, defaultListen)
+	if _, _, err := net.SplitHostPort(c.listen); err != nil {
+		r.check(fmt.Errorf("%s %q: %w", varListen, c.listen, err))
+	}
+	switch c.logFormat = r.get(varLogFormat, "text"); c.logFormat {
+	case "text", "json":
+	default:
+		r.check(fmt.Errorf("%s %q: want text or json", varLogFormat, c.logFormat))
+	}
+	if lv := r.get(varLogLevel, "info"); c.logLevel.UnmarshalText([]byte(lv)) != nil {
+		r.check(fmt.Errorf("%s %q: want debug, info, warn or error", varLogLevel, lv))
+	}
+	return c, errors.Join(r.errs...)
+}
+
+// envReader reads variables from env and keeps every problem it meets, in
+// order, so that parseConfig reports them all at once.
+type envReader struct {
+	env  ordersenv.Lookup
+	errs []error
+}
+
+// check keeps err unless it is nil.
+func (r *envReader) check(err error) {
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+}
+
+// get is the variable name, or def when it is unset.
+func (r *envReader) get(name, def string) string {
+	if v, ok := r.env(name); ok {
+		return v
+	}
+	return def
+}
+
+// duration is the variable name as a positive duration, or def when it is
+// unset or not a duration.
+func (r *envReader) duration(name string, def time.Duration) time.Duration {
+	v, ok := r.env(name)
+	if !ok {
 		return def
 	}
-	duration := func(name string, def time.Duration) time.Duration {
-		v, ok := env(name)
-		if !ok {
-			return def
-		}
-		d, err := ordersenv.Duration(name, v)
-		if err != nil {
-			errs = append(errs, err)
-			return def
-		}
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
-		}
-		return d
+	d, err := ordersenv.Duration(name, v)
+	if err != nil {
+		r.check(err)
+		return def
 	}
+	if d <= 0 {
+		r.check(fmt.Errorf("%s must be positive, got %v", name, d))
+	}
+	return d
+}
 
-	url, err := ordersenv.Secret(env, ordersenv.VarDatabaseURL)
-	errs = append(errs, err)
-	c.databaseURL = secret(url)
+// databaseURL is the orders database's connection string, which must be
+// given and parse. The driver's message may quote the string: it is not
+// passed on.
+func (r *envReader) databaseURL() secret {
+	url, err := ordersenv.Secret(r.env, ordersenv.VarDatabaseURL)
+	r.check(err)
 	switch {
 	case err != nil:
 	case url == "":
-		errs = append(errs, fmt.Errorf("%s (or %s%s) is empty: give the orders database", ordersenv.VarDatabaseURL, ordersenv.VarDatabaseURL, ordersenv.FileSuffix))
+		r.check(fmt.Errorf("%s (or %s%s) is empty: give the orders database", ordersenv.VarDatabaseURL, ordersenv.VarDatabaseURL, ordersenv.FileSuffix))
 	default:
-		// The driver's message may quote the string: it is not passed on.
 		if _, err := pgxpool.ParseConfig(url); err != nil {
-			errs = append(errs, fmt.Errorf("%s: not a valid Postgres connection string (URL or key=value)", ordersenv.VarDatabaseURL))
+			r.check(fmt.Errorf("%s: not a valid Postgres connection string (URL or key=value)", ordersenv.VarDatabaseURL))
 		}
 	}
-	pw, err := ordersenv.Secret(env, ordersenv.VarRedisPassword)
-	errs = append(errs, err)
-	c.redisPassword = secret(pw)
-	c.redisUser = get(ordersenv.VarRedisUsername, "")
+	return secret(url)
+}
 
-	c.eventsAddr = strings.TrimSpace(get(varEventsAddr, ""))
-	if c.eventsAddr != "" {
-		if _, port, err := net.SplitHostPort(c.eventsAddr); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", varEventsAddr, c.eventsAddr, err))
+// eventsAddr is the Redis server of the event stream: its own variable,
+// else the first of ordersd's masters.
+func (r *envReader) eventsAddr() string {
+	addr := strings.TrimSpace(r.get(varEventsAddr, ""))
+	if addr != "" {
+		if _, port, err := net.SplitHostPort(addr); err != nil {
+			r.check(fmt.Errorf("%s %q: %w", varEventsAddr, addr, err))
 		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			errs = append(errs, fmt.Errorf("%s %q: port %q is not a number in 1-65535", varEventsAddr, c.eventsAddr, port))
+			r.check(fmt.Errorf("%s %q: port %q is not a number in 1-65535", varEventsAddr, addr, port))
 		}
-	} else if list, ok := env(ordersenv.VarRedisAddrs); ok && strings.TrimSpace(list) != "" {
-		addrs, err := ordersenv.RedisAddrs(list)
-		errs = append(errs, err)
-		if len(addrs) > 0 {
-			c.eventsAddr = addrs[0]
-		}
-	} else {
-		errs = append(errs, fmt.Errorf("%s and %s are both empty: give the Redis server of the event stream", varEventsAddr, ordersenv.VarRedisAddrs))
+		return addr
 	}
+	list, ok := r.env(ordersenv.VarRedisAddrs)
+	if !ok || strings.TrimSpace(list) == "" {
+		r.check(fmt.Errorf("%s and %s are both empty: give the Redis server of the event stream", varEventsAddr, ordersenv.VarRedisAddrs))
+		return ""
+	}
+	addrs, err := ordersenv.RedisAddrs(list)
+	r.check(err)
+	if len(addrs) > 0 {
+		return addrs[0]
+	}
+	return ""
+}
 
-	useTLS, err := ordersenv.Bool(ordersenv.VarRedisTLS, get(ordersenv.VarRedisTLS, "false"))
-	errs = append(errs, err)
-	if ca := get(ordersenv.VarRedisTLSCAFile, ""); useTLS || ca != "" {
-		tc, err := ordersenv.RedisTLS(ca)
-		errs = append(errs, err)
-		c.redisTLS = tc
+// redisTLS is the TLS configuration for Redis, nil for plain TCP.
+func (r *envReader) redisTLS() *tls.Config {
+	useTLS, err := ordersenv.Bool(ordersenv.VarRedisTLS, r.get(ordersenv.VarRedisTLS, "false"))
+	r.check(err)
+	ca := r.get(ordersenv.VarRedisTLSCAFile, "")
+	if !useTLS && ca == "" {
+		return nil
 	}
+	tc, err := ordersenv.RedisTLS(ca)
+	r.check(err)
+	return tc
+}
 
-	c.stream = get(varEventsStream, events.DefaultStream)
-	if c.stream == "" {
-		errs = append(errs, fmt.Errorf("%s is empty", varEventsStream))
-	}
-	c.group = get(varGroup, defaultGroup)
-	if c.group == "" || strings.ContainsAny(c.group, " \t\r\n{}") {
-		errs = append(errs, fmt.Errorf("%s %q: want a non-empty name without spaces or braces", varGroup, c.group))
-	}
-	if v, ok := env(varName); ok {
-		c.name = v
-	} else {
+// consumerName is this consumer's name in the group: its variable, else
+// hostname-pid.
+func (r *envReader) consumerName() string {
+	name, ok := r.env(varName)
+	if !ok {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
 			host = "shipper"
 		}
-		c.name = fmt.Sprintf("%s-%d", host, os.Getpid())
+		name = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if c.name == "" || strings.ContainsAny(c.name, " \t\r\n") {
-		errs = append(errs, fmt.Errorf("%s %q: want a non-empty name without spaces", varName, c.name))
+	if name == "" || strings.ContainsAny(name, " \t\r\n") {
+		r.check(fmt.Errorf("%s %q: want a non-empty name without spaces", varName, name))
 	}
-
-	c.claimIdle = duration(varClaimIdle, events.DefaultClaimIdle)
-	if c.claimIdle > 0 && c.claimIdle < minClaimIdle {
-		errs = append(errs, fmt.Errorf("%s must be at least %v, got %v", varClaimIdle, minClaimIdle, c.claimIdle))
-	}
-	c.lease = duration(varLease, events.DefaultLease)
-	c.window = duration(varWindow, events.DefaultWindow)
-
-	c.listen = get(varListen, defaultListen)
-	if _, _, err := net.SplitHostPort(c.listen); err != nil {
-		errs = append(errs, fmt.Errorf("%s %q: %w", varListen, c.listen, err))
-	}
-	switch c.logFormat = get(varLogFormat, "text"); c.logFormat {
-	case "text", "json":
-	default:
-		errs = append(errs, fmt.Errorf("%s %q: want text or json", varLogFormat, c.logFormat))
-	}
-	if lv := get(varLogLevel, "info"); c.logLevel.UnmarshalText([]byte(lv)) != nil {
-		errs = append(errs, fmt.Errorf("%s %q: want debug, info, warn or error", varLogLevel, lv))
-	}
-	return c, errors.Join(errs...)
+	return name
 }
 
 // block is how long a read waits for new messages: the consumers' default,

@@ -175,37 +175,56 @@ func serve(ctx context.Context, cfg config, fps *failpoint.Set, log *slog.Logger
 	if err != nil {
 		return fmt.Errorf("redis %s (%s): %w", cfg.eventsAddr, varEventsAddr, err)
 	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := events.NewMetrics(reg)
+	consumer, err := newConsumer(cfg, rdb, pool, reg, fps, log)
 	if err != nil {
 		return err
+	}
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("%s: %w", varListen, err)
+	}
+	srv := newServer(reg)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("shipper listening", "addr", ln.Addr().String(), "redis", cfg.eventsAddr, "stream", cfg.stream,
+		"group", cfg.group, "name", cfg.name, "claim_idle", cfg.claimIdle, "lease", cfg.lease)
+	return consumeUntilDone(ctx, consumer, srv, served, log)
+}
+
+// newConsumer is the exact-mode consumer of cfg's stream, whose effect is
+// reserve, with its metrics registered on reg.
+func newConsumer(cfg config, rdb *redis.Client, pool *pgxpool.Pool, reg prometheus.Registerer, fps *failpoint.Set, log *slog.Logger) (*events.Consumer, error) {
+	metrics, err := events.NewMetrics(reg)
+	if err != nil {
+		return nil, err
 	}
 	consumer, err := events.NewExact(rdb, pool, cfg.group, cfg.name, reserve(cfg.name),
 		events.WithStream(cfg.stream), events.WithClaimIdle(cfg.claimIdle), events.WithBlock(cfg.block()),
 		events.WithLease(cfg.lease), events.WithWindow(cfg.window), events.WithMetrics(metrics),
 		events.WithLogger(log), events.WithFailpoints(fps))
 	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
+		return nil, fmt.Errorf("consumer: %w", err)
 	}
+	return consumer, nil
+}
 
+// newServer is the HTTP server of /healthz and of /metrics from reg.
+func newServer(reg *prometheus.Registry) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("%s: %w", varListen, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("shipper listening", "addr", ln.Addr().String(), "redis", cfg.eventsAddr, "stream", cfg.stream,
-		"group", cfg.group, "name", cfg.name, "claim_idle", cfg.claimIdle, "lease", cfg.lease)
+}
 
-	// The consumer stops with ctx; it also returns early when the group
-	// cannot be created, and then the shipper stops too.
+// consumeUntilDone runs consumer until ctx ends, the consumer stops or
+// the server (whose Serve result comes on served) fails, then stops both
+// and returns the first error. The consumer stops with ctx; it also
+// returns early when the group cannot be created, and then the shipper
+// stops too.
+func consumeUntilDone(ctx context.Context, consumer *events.Consumer, srv *http.Server, served <-chan error, log *slog.Logger) error {
 	cctx, stopConsumer := context.WithCancel(ctx)
 	defer stopConsumer()
 	consumed := make(chan error, 1)

@@ -57,50 +57,14 @@ func (r *Relay) PublishOnce(ctx context.Context) (n int, err error) {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	rows, err := tx.Query(ctx, `SELECT id, event_id, order_id, type, payload, created_at
-FROM order_events WHERE sent_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, r.s.batch)
+	ids, evs, err := readOutbox(ctx, tx, r.s.batch)
 	if err != nil {
-		return 0, fmt.Errorf("events: relay: read outbox: %w", err)
-	}
-	var ids []int64
-	var evs []Event
-	for rows.Next() {
-		var (
-			id  int64
-			e   Event
-			typ string
-			pl  []byte
-		)
-		if err := rows.Scan(&id, &e.ID, &e.OrderID, &typ, &pl, &e.CreatedAt); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("events: relay: read outbox: %w", err)
-		}
-		e.Type, e.Payload = Type(typ), pl
-		ids, evs = append(ids, id), append(evs, e)
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("events: relay: read outbox: %w", err)
+		return 0, err
 	}
 	if len(evs) == 0 {
 		return 0, tx.Commit(ctx)
 	}
-	// One round trip for the batch. An entry whose XADD failed stays
-	// unsent; the others are marked.
-	rctx, cancel := context.WithTimeout(ctx, defaultRedisTimeout)
-	cmds, perr := r.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
-		for _, e := range evs {
-			p.XAdd(rctx, &redis.XAddArgs{Stream: r.s.stream, MaxLen: r.s.maxLen, Approx: true, Values: e.values()})
-		}
-		return nil
-	})
-	cancel()
-	var sentIDs []int64
-	var streamIDs []string
-	for i, c := range cmds {
-		if sid, err := c.(*redis.StringCmd).Result(); err == nil {
-			sentIDs, streamIDs = append(sentIDs, ids[i]), append(streamIDs, sid)
-		}
-	}
+	sentIDs, streamIDs, perr := r.publish(ctx, ids, evs)
 	if len(sentIDs) == 0 {
 		return 0, fmt.Errorf("events: relay: publish: %w", perr)
 	}
@@ -117,6 +81,57 @@ FROM unnest($1::bigint[], $2::text[]) AS v(id, sid) WHERE e.id = v.id`, sentIDs,
 		return len(sentIDs), fmt.Errorf("events: relay: %d of %d not published: %w", len(evs)-len(sentIDs), len(evs), perr)
 	}
 	return len(sentIDs), nil
+}
+
+// readOutbox reads up to batch unsent rows in tx, oldest first, and locks
+// them (FOR UPDATE SKIP LOCKED). It returns their row ids and events.
+func readOutbox(ctx context.Context, tx pgx.Tx, batch int) ([]int64, []Event, error) {
+	rows, err := tx.Query(ctx, `SELECT id, event_id, order_id, type, payload, created_at
+FROM order_events WHERE sent_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("events: relay: read outbox: %w", err)
+	}
+	var ids []int64
+	var evs []Event
+	for rows.Next() {
+		var (
+			id  int64
+			e   Event
+			typ string
+			pl  []byte
+		)
+		if err := rows.Scan(&id, &e.ID, &e.OrderID, &typ, &pl, &e.CreatedAt); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("events: relay: read outbox: %w", err)
+		}
+		e.Type, e.Payload = Type(typ), pl
+		ids, evs = append(ids, id), append(evs, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("events: relay: read outbox: %w", err)
+	}
+	return ids, evs, nil
+}
+
+// publish adds evs (whose outbox rows are ids) to the stream in one round
+// trip, and returns the row ids and stream ids of those added, and the
+// pipeline's error. An entry whose XADD failed stays unsent; the others
+// are marked.
+func (r *Relay) publish(ctx context.Context, ids []int64, evs []Event) (sentIDs []int64, streamIDs []string, err error) {
+	rctx, cancel := context.WithTimeout(ctx, defaultRedisTimeout)
+	cmds, err := r.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
+		for _, e := range evs {
+			p.XAdd(rctx, &redis.XAddArgs{Stream: r.s.stream, MaxLen: r.s.maxLen, Approx: true, Values: e.values()})
+		}
+		return nil
+	})
+	cancel()
+	for i, c := range cmds {
+		if sid, err := c.(*redis.StringCmd).Result(); err == nil {
+			sentIDs, streamIDs = append(sentIDs, ids[i]), append(streamIDs, sid)
+		}
+	}
+	return sentIDs, streamIDs, err
 }
 
 // Lag returns how many outbox rows are unsent and the age of the oldest

@@ -35,13 +35,6 @@ func bed(ctx context.Context, n int, hold bool, out io.Writer) error {
 	return nil
 }
 
-// demoBins are the binaries the demo runs.
-type demoBins struct {
-	ordersd   string // three instances, and its migrate, seed and token tools
-	quorumctl string // the operator's view
-	shipper   string // the consumer of the order events
-}
-
 // demo starts the bed, shows every server answering, and runs the seed
 // scenario against three ordersd processes, which inherit env.
 func demo(ctx context.Context, bins demoBins, env []string, out io.Writer) error {

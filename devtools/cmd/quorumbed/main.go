@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,28 +31,22 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/quorumlock/quorumlock/internal/cliflags"
+	"github.com/quorumlock/quorumlock/internal/cli"
 )
 
 func main() {
 	// go-redis logs every failed dial on its own; the commands report an
 	// unreachable node themselves.
-	redis.SetLogger(quietLogger{})
+	redis.SetLogger(cli.QuietLogger{})
 	quietDocker()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "quorumbed:", err)
-		os.Exit(exitCode(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }
-
-// quietLogger drops go-redis's log lines.
-type quietLogger struct{}
-
-// Printf does nothing.
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // app is the state of one invocation: its streams and the environment the
 // processes it starts inherit.
@@ -61,7 +54,7 @@ type app struct {
 	env            []string // KEY=value, as os.Environ returns them
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	started        bool // a command's RunE began: later errors are not usage errors
+	phase          cli.Phase // a command's RunE began: later errors are not usage errors
 }
 
 // run executes the command line args and returns its error. env is the
@@ -71,43 +64,8 @@ type app struct {
 func run(ctx context.Context, args, env []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	a := &app{env: env, stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCmd()
-	root.SetArgs(cliflags.Normalize(root, args))
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return nil
-	}
-	var ee *exitError
-	if !errors.As(err, &ee) {
-		code := 1
-		if !a.started {
-			code = 2
-		}
-		err = &exitError{code: code, err: err}
-	}
-	return err
-}
-
-// exitError carries the exit status of an error.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// usageError is bad usage (exit status 2).
-func usageError(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
-}
-
-// exitCode is the exit status for err: 1 unless it says otherwise.
-func exitCode(err error) int {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return 1
+	root.SetArgs(cli.Normalize(root, args))
+	return a.phase.Classify(root.ExecuteContext(ctx))
 }
 
 // rootCmd builds the command tree of one invocation.
@@ -123,32 +81,10 @@ quorumctl binary.
 The bed's provider is chosen by QUORUMLOCK_TESTBED (docker, local or auto).
 quorumbed links the test bed and a Docker client: it is not for production
 hosts. The operator's tool is quorumctl.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Args:          cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.SetOut(a.stderr)
-			_ = cmd.Help()
-			return usageError("no command given")
-		},
 	}
-	root.SetIn(a.stdin)
-	root.SetOut(a.stdout)
-	root.SetErr(a.stderr)
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return usageError("%w (see '%s --help')", err, cmd.CommandPath())
-	})
+	cli.SetupRoot(root, a.stdin, a.stdout, a.stderr)
 	root.AddCommand(a.demoCmd(), a.bedCmd())
 	return root
-}
-
-// runE marks the start of a command's own work, so that the errors it
-// returns count as failures, not as bad usage.
-func (a *app) runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		a.started = true
-		return fn(cmd, args)
-	}
 }
 
 func (a *app) demoCmd() *cobra.Command {
@@ -171,17 +107,17 @@ else quorumctl on PATH; shipper likewise.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ordersdPath, err := findOrdersd(ordersd)
 			if err != nil {
-				return usageError("%w", err)
+				return cli.UsageError("%w", err)
 			}
 			quorumctlPath, err := findQuorumctl(quorumctl, ordersdPath)
 			if err != nil {
-				return usageError("%w", err)
+				return cli.UsageError("%w", err)
 			}
 			shipperPath, err := findShipper(shipper, ordersdPath)
 			if err != nil {
-				return usageError("%w", err)
+				return cli.UsageError("%w", err)
 			}
-			a.started = true
+			a.phase.Begin()
 			return demo(cmd.Context(), demoBins{ordersd: ordersdPath, quorumctl: quorumctlPath, shipper: shipperPath}, a.env, a.stdout)
 		},
 	}
@@ -198,7 +134,7 @@ func (a *app) bedCmd() *cobra.Command {
 		Use:   "bed [--redis N] [--hold]",
 		Short: "Start a bed and print its addresses as environment lines",
 		Args:  cobra.NoArgs,
-		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: a.phase.RunE(func(cmd *cobra.Command, _ []string) error {
 			return bed(cmd.Context(), n, hold, a.stdout)
 		}),
 	}

@@ -12,11 +12,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/cliflags"
+	"github.com/quorumlock/quorumlock/internal/cli"
 )
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietLogger{}) // as main does
+	redis.SetLogger(cli.QuietLogger{}) // as main does
 	os.Exit(m.Run())
 }
 
@@ -31,7 +31,7 @@ func (r result) code() int {
 	if r.err == nil {
 		return 0
 	}
-	return exitCode(r.err)
+	return cli.ExitCode(r.err)
 }
 
 // bedcmd runs quorumbed with args and no environment for the processes it
@@ -114,7 +114,7 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"bed", "--", "-hold"}, []string{"bed", "--", "-hold"}},
 		{[]string{"bed", "-nosuchflag"}, []string{"bed", "-nosuchflag"}},
 	} {
-		if got := cliflags.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
+		if got := cli.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("Normalize(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}

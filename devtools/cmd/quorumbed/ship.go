@@ -94,36 +94,18 @@ func shipScenario(ctx context.Context, b *testbed.Bed, shipper string, env []str
 	}
 	rdb := redis.NewClient(testbed.ClientOptions(b.RedisAddrs()[0]))
 	defer rdb.Close()
-	msgs, err := rdb.XRange(ctx, events.DefaultStream, "-", "+").Result()
+	paid, total, err := paidEvent(ctx, rdb, orderID)
 	if err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	var paid *redis.XMessage
-	for i, m := range msgs {
-		if m.Values["event_id"] == orderID+"/"+string(events.OrderPaid) {
-			paid = &msgs[i]
-		}
-	}
-	if paid == nil {
-		return fmt.Errorf("no %s event for %s on the stream", events.OrderPaid, orderID)
+		return err
 	}
 	n, _ := shipments()
-	fmt.Fprintf(out, "  %d events on the stream %s; the order.paid one is entry %s\n  shipments for the order: %d\n", len(msgs), events.DefaultStream, paid.ID, n)
+	fmt.Fprintf(out, "  %d events on the stream %s; the order.paid one is entry %s\n  shipments for the order: %d\n", total, events.DefaultStream, paid.ID, n)
 	copyID, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: events.DefaultStream, Values: paid.Values}).Result()
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
 	fmt.Fprintf(out, "  the same event added again as entry %s (what a relay killed after XADD does)\n", copyID)
-	var dups, hits float64
-	err = waitFor(ctx, 30*time.Second, "the shipper to see the copy", func() (bool, error) {
-		m, err := scrapeMetrics(ctx, p.url+"/metrics")
-		if err != nil {
-			return false, err
-		}
-		dups, _ = m.sum("events_consumed_total", map[string]string{"result": "duplicate"})
-		hits, _ = m.sum("events_dedup_total", map[string]string{"layer": "redis", "result": "hit"})
-		return dups >= 1, nil
-	})
+	dups, hits, err := p.waitDuplicate(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, p.log.String())
 	}
@@ -137,6 +119,40 @@ func shipScenario(ctx context.Context, b *testbed.Bed, shipper string, env []str
 		return fmt.Errorf("the order has %d shipments after a duplicate delivery, want 1", n)
 	}
 	return nil
+}
+
+// paidEvent finds the order.paid event of orderID on the events stream,
+// and counts the stream's entries.
+func paidEvent(ctx context.Context, rdb *redis.Client, orderID string) (*redis.XMessage, int, error) {
+	msgs, err := rdb.XRange(ctx, events.DefaultStream, "-", "+").Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream: %w", err)
+	}
+	var paid *redis.XMessage
+	for i, m := range msgs {
+		if m.Values["event_id"] == orderID+"/"+string(events.OrderPaid) {
+			paid = &msgs[i]
+		}
+	}
+	if paid == nil {
+		return nil, 0, fmt.Errorf("no %s event for %s on the stream", events.OrderPaid, orderID)
+	}
+	return paid, len(msgs), nil
+}
+
+// waitDuplicate waits until the shipper's metrics count a duplicate
+// delivery, and returns its duplicate count and its Redis dedup hits.
+func (p *shipperProc) waitDuplicate(ctx context.Context) (dups, hits float64, err error) {
+	err = waitFor(ctx, 30*time.Second, "the shipper to see the copy", func() (bool, error) {
+		m, err := scrapeMetrics(ctx, p.url+"/metrics")
+		if err != nil {
+			return false, err
+		}
+		dups, _ = m.sum("events_consumed_total", map[string]string{"result": "duplicate"})
+		hits, _ = m.sum("events_dedup_total", map[string]string{"layer": "redis", "result": "hit"})
+		return dups >= 1, nil
+	})
+	return dups, hits, err
 }
 
 // waitFor polls cond every 50ms until it holds, for at most d.

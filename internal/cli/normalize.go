@@ -1,7 +1,4 @@
-// Package cliflags keeps the command lines of the flag package working on
-// cobra commands: quorumctl and quorumbed were written with flag first, and
-// scripts and docs still say -addrs A,B or -ordersd PATH.
-package cliflags
+package cli
 
 import (
 	"strings"
@@ -13,7 +10,9 @@ import (
 // (-addrs A,B, -ttl 5s, -hold) into cobra's double-dash form, for the
 // command of root that args select. Only the names of long flags that
 // command defines are rewritten; shorthands such as -o json, flag values
-// and everything after "--" are left alone.
+// and everything after "--" are left alone. It keeps the command lines of
+// the flag package working: quorumctl and quorumbed were written with flag
+// first, and scripts and docs still say -addrs A,B or -ordersd PATH.
 func Normalize(root *cobra.Command, args []string) []string {
 	cmd, _, err := root.Find(args)
 	if err != nil || cmd == nil {

@@ -1,4 +1,4 @@
-package cliflags_test
+package cli_test
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/quorumlock/quorumlock/internal/cliflags"
+	"github.com/quorumlock/quorumlock/internal/cli"
 )
 
 func TestNormalize(t *testing.T) {
@@ -25,7 +25,7 @@ func TestNormalize(t *testing.T) {
 		{[]string{"lock", "-nosuch"}, []string{"lock", "-nosuch"}},
 		{[]string{"nosuchcommand", "-ttl"}, []string{"nosuchcommand", "-ttl"}},
 	} {
-		if got := cliflags.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
+		if got := cli.Normalize(root, tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("Normalize(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
