@@ -8,52 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quorumlock/quorumlock/fencing"
-	"github.com/quorumlock/quorumlock/orders/request"
 )
-
-// MaxBatch is the most carts [Store.PlaceCarts] places in one transaction.
-const MaxBatch = 256
-
-// OrderRequest is who asks for a [Cart], under which key, for how many
-// units in all, and the id a new order gets.
-type OrderRequest struct {
-	// UserID is the authenticated user (1 to request.MaxUserIDLen bytes).
-	UserID string
-	// IdempotencyKey is the client's key, checked where it entered.
-	IdempotencyKey request.Key
-	// Fingerprint identifies the request's business content.
-	Fingerprint string
-	// Quantity is the units of every line of the cart.
-	Quantity int64
-	// OrderID is the id a new order gets (1 to MaxRefLen bytes); a replay
-	// keeps the saved order's.
-	OrderID string
-}
-
-// Placed is the result of one order of a batch: its outcome and nil (a new
-// or replayed order), ErrOutOfStock (a new or replayed rejection, whose
-// snapshot is in the outcome) or ErrFingerprintMismatch (the key was used
-// for another request; nothing written).
-type Placed struct {
-	Outcome Outcome
-	Err     error
-}
-
-func (o OrderRequest) validate() error {
-	if err := checkText("user id", o.UserID, request.MaxUserIDLen); err != nil {
-		return err
-	}
-	if o.IdempotencyKey.IsZero() {
-		return fmt.Errorf("%w: no idempotency key", ErrInvalid)
-	}
-	if err := checkText("fingerprint", o.Fingerprint, MaxFingerprintLen); err != nil {
-		return err
-	}
-	if o.Quantity < request.MinQuantity || o.Quantity > request.MaxQuantity {
-		return fmt.Errorf("%w: quantity %d is outside %d..%d", ErrInvalid, o.Quantity, request.MinQuantity, request.MaxQuantity)
-	}
-	return checkText("order id", o.OrderID, MaxRefLen)
-}
 
 // lockKeys takes the advisory lock of every (user, key) of orders, sorted,
 // so that batches sharing keys never deadlock.
@@ -120,7 +75,7 @@ func replays(ctx context.Context, tx pgx.Tx, orders []OrderRequest) ([]Placed, [
 }
 
 // fence returns the token of a write to one stock row, taken as
-// CartLine.Fence and CartLine.FenceKey say.
+// a cart line's Fence and FenceKey say.
 func (s *Store) fence(ctx context.Context, tx pgx.Tx, fence int64, key string) (int64, error) {
 	switch {
 	case fence > 0 && key != "":

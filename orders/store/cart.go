@@ -53,13 +53,6 @@ type Cart struct {
 	Snapshot func(Outcome) Snapshot
 }
 
-// ShortLine is a line of a cart that the stock could not cover.
-type ShortLine struct {
-	ProductID string
-	Quantity  int64
-	Available int64
-}
-
 // CartResult is what [Store.PlaceCarts] did with one cart.
 type CartResult struct {
 	Placed

@@ -53,6 +53,13 @@ type Outcome struct {
 	Short []ShortLine
 }
 
+// ShortLine is a line of a cart that the stock could not cover.
+type ShortLine struct {
+	ProductID string
+	Quantity  int64
+	Available int64
+}
+
 // Snapshot is a response saved with an outcome and replayed byte for byte:
 // an HTTP status and the body. The caller renders it; the store keeps it as
 // data and never looks inside. No content type is kept: it follows from the
