@@ -14,9 +14,8 @@ export QUORUMLOCK_TESTBED ?= auto
 STATICCHECK_VERSION := v0.8.2
 APIDIFF_VERSION := v0.0.0-20261113113407-e3970619a1a4
 # The packages whose exported API is promised (CONTRIBUTING.md, "The public
-# API"); their baselines are api/<pkg>.export. The lease API package joins
-# the list, with its baseline, once it exists (`make api-baseline`).
-API_PACKAGES := quorum etcdlock fencing
+# API"); their baselines are api/<pkg>.export.
+API_PACKAGES := quorum etcdlock fencing lease
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
 .PHONY: help deps images lint api-baseline api-report test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean

@@ -1,7 +1,7 @@
-// Package etcdlock is a lock on etcd with the lease API of package quorum:
-// Lock, TryLock, LockMulti, Unlock, Extend, Do, Lost, Until and Fence, and
-// errors that match quorum's sentinels (errors.Is(err,
-// quorum.ErrNotAcquired), ...). It is the consensus side of the choice the
+// Package etcdlock is a lock on etcd that implements package lease's API,
+// as package quorum does on Redis: Lock, TryLock, LockMulti, Unlock, Extend,
+// Do, Lost, Until and Fence, and errors that match lease's sentinels
+// (errors.Is(err, lease.ErrNotAcquired), ...). It is the consensus side of the choice the
 // README's "Choosing a backend" describes.
 //
 // The recipe is etcd's own (go.etcd.io/etcd/client/v3/concurrency): every

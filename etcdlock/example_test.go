@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quorumlock/quorumlock/etcdlock"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Lock a key on etcd, write with its fence, release it. (Compiled, not
@@ -24,18 +25,18 @@ func ExampleLocker_Lock() {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	lease, err := l.Lock(ctx, "stock:42")
+	le, err := l.Lock(ctx, "stock:42")
 	if err != nil {
-		panic(err) // errors.Is(err, quorum.ErrNotAcquired), quorum.ErrQuorumUnavailable, ...
+		panic(err) // errors.Is(err, lease.ErrNotAcquired), lease.ErrQuorumUnavailable, ...
 	}
-	defer lease.Unlock(ctx)
-	fmt.Println("write with fence", lease.Fence()) // the resource rejects a fence not above the last it saw
+	defer le.Unlock(ctx)
+	fmt.Println("write with fence", le.Fence()) // the resource rejects a fence not above the last it saw
 }
 
 // Do keeps the lease while fn runs and cancels fn's context if it is lost.
 func ExampleLocker_Do() {
 	var l *etcdlock.Locker // from etcdlock.New
-	_ = l.Do(context.Background(), "report:daily", func(ctx context.Context, lease *etcdlock.Lease) error {
+	_ = l.Do(context.Background(), "report:daily", func(ctx context.Context, le lease.Lease) error {
 		<-ctx.Done() // stop at once when the lease is lost
 		return ctx.Err()
 	})

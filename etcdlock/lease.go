@@ -12,8 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
+
+var _ lease.Lease = (*Lease)(nil)
 
 // Lease is a held lock on one key or more: the right to act on them while
 // its session is kept alive. Its methods are safe for concurrent use.
@@ -68,7 +70,7 @@ func (le *Lease) Until() time.Time {
 func (le *Lease) Lost() <-chan struct{} { return le.lost }
 
 // Err returns nil while the lease is held, then an error matching
-// quorum.ErrLeaseLost when it was lost, or quorum.ErrReleased when Unlock
+// lease.ErrLeaseLost when it was lost, or lease.ErrReleased when Unlock
 // released it.
 func (le *Lease) Err() error {
 	le.mu.Lock()
@@ -79,13 +81,13 @@ func (le *Lease) Err() error {
 // lose ends the lease with err when its session ended (reason 0: the
 // Locker closed): its recipe keys went with the session, so its keys'
 // turns in this Locker are given back.
-func (le *Lease) lose(err error, reason quorum.LostReason) {
+func (le *Lease) lose(err error, reason lease.LostReason) {
 	if !le.end(err) {
 		return
 	}
 	le.l.gates.leaveAll(le.keys)
 	if reason != 0 {
-		le.l.cfg.observer.ObserveLost(quorum.LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
+		le.l.cfg.observer.ObserveLost(lease.LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
 	}
 }
 
@@ -104,30 +106,30 @@ func (le *Lease) end(err error) bool {
 // Extend refreshes the session's etcd lease now (a keep-alive, on top of
 // the client's own every TTL/3), moving Until to the refresh plus the TTL.
 // etcd leases keep the TTL they were granted: ttl must be the Locker's.
-// It fails with an error matching quorum.ErrLeaseLost when the lease has
-// ended or etcd no longer knows its session, and quorum.ErrExtendUnconfirmed
+// It fails with an error matching lease.ErrLeaseLost when the lease has
+// ended or etcd no longer knows its session, and lease.ErrExtendUnconfirmed
 // when etcd did not answer in time.
 func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl != le.l.cfg.ttl {
 		return fmt.Errorf("etcdlock: extend %q: TTL %v: an etcd lease keeps its TTL, %v", le.name, ttl, le.l.cfg.ttl)
 	}
 	if err := le.Err(); err != nil {
-		return fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, quorum.ErrLeaseLost, err)
+		return fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, lease.ErrLeaseLost, err)
 	}
 	start := time.Now()
 	kctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), le.l.cfg.nodeTimeout)
 	_, err := le.l.cli.KeepAliveOnce(kctx, le.s.cs.Lease())
 	cancel()
-	ev := quorum.ExtendEvent{Key: le.name, Duration: time.Since(start)}
+	ev := lease.ExtendEvent{Key: le.name, Duration: time.Since(start)}
 	switch {
 	case err == nil:
 		le.s.refreshed(start)
 		ev.Confirmed = 1
 	case isLeaseGone(err):
-		ev.Err = fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, quorum.ErrLeaseLost, err)
-		le.s.end(ev.Err, quorum.LostExtendFailed)
+		ev.Err = fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, lease.ErrLeaseLost, err)
+		le.s.end(ev.Err, lease.LostExtendFailed)
 	default:
-		ev.Err = fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, quorum.ErrExtendUnconfirmed, err)
+		ev.Err = fmt.Errorf("etcdlock: extend %q: %w: %w", le.name, lease.ErrExtendUnconfirmed, err)
 	}
 	le.l.cfg.observer.ObserveExtend(ev)
 	return ev.Err
@@ -135,18 +137,18 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Unlock releases the lease: the recipe's key of every key is deleted, so
 // the next waiter of each is woken. The lease ends (Lost is closed)
-// whatever the outcome. It returns an error matching quorum.ErrLeaseLost
+// whatever the outcome. It returns an error matching lease.ErrLeaseLost
 // when the session had ended before (its keys went with the etcd lease),
-// or quorum.ErrUnlockUnconfirmed when etcd did not confirm a delete in
+// or lease.ErrUnlockUnconfirmed when etcd did not confirm a delete in
 // time: the Locker then retries it in the background until the session
 // ends, which takes the key with it.
 func (le *Lease) Unlock(ctx context.Context) error {
 	le.unlockMu.Lock()
 	defer le.unlockMu.Unlock()
 	start := time.Now()
-	released := fmt.Errorf("etcdlock: %q: %w", le.name, quorum.ErrReleased)
+	released := fmt.Errorf("etcdlock: %q: %w", le.name, lease.ErrReleased)
 	if !le.end(released) {
-		if err := le.Err(); !errors.Is(err, quorum.ErrReleased) {
+		if err := le.Err(); !errors.Is(err, lease.ErrReleased) {
 			return fmt.Errorf("etcdlock: unlock %q: %w", le.name, err)
 		}
 		return nil // released already
@@ -154,7 +156,7 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	le.s.drop(le)
 	if !le.s.live() {
 		le.l.gates.leaveAll(le.keys)
-		return fmt.Errorf("etcdlock: unlock %q: %w: its session ended first", le.name, quorum.ErrLeaseLost)
+		return fmt.Errorf("etcdlock: unlock %q: %w: its session ended first", le.name, lease.ErrLeaseLost)
 	}
 	var failed []error
 	for i := len(le.muts) - 1; i >= 0; i-- {
@@ -162,10 +164,10 @@ func (le *Lease) Unlock(ctx context.Context) error {
 			failed = append(failed, err)
 		}
 	}
-	ev := quorum.ReleaseEvent{Key: le.name, Duration: time.Since(start), Released: len(le.muts) - len(failed), Failed: len(failed)}
+	ev := lease.ReleaseEvent{Key: le.name, Duration: time.Since(start), Released: len(le.muts) - len(failed), Failed: len(failed)}
 	le.l.cfg.observer.ObserveRelease(ev)
 	if len(failed) > 0 {
-		return fmt.Errorf("etcdlock: unlock %q: %w: %w", le.name, quorum.ErrUnlockUnconfirmed, errors.Join(failed...))
+		return fmt.Errorf("etcdlock: unlock %q: %w: %w", le.name, lease.ErrUnlockUnconfirmed, errors.Join(failed...))
 	}
 	return nil
 }

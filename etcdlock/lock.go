@@ -13,33 +13,42 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/quorumlock/quorumlock/internal/wait"
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Lock acquires key, waiting for the owners before it in etcd's queue
 // until ctx ends or WithMaxWait passes. On failure the error matches
-// quorum.ErrNotAcquired (still held at the end of the wait),
-// quorum.ErrQuorumUnavailable (etcd has no leader or cannot be reached),
-// ctx.Err(), the Fencer's error, or quorum.ErrClosed.
-func (l *Locker) Lock(ctx context.Context, key string) (*Lease, error) {
-	return l.lock(ctx, []string{key}, true)
+// lease.ErrNotAcquired (still held at the end of the wait),
+// lease.ErrQuorumUnavailable (etcd has no leader or cannot be reached),
+// ctx.Err(), the Fencer's error, or lease.ErrClosed. The Lease returned
+// is a *Lease.
+func (l *Locker) Lock(ctx context.Context, key string) (lease.Lease, error) {
+	return held(l.lock(ctx, []string{key}, true))
 }
 
-// TryLock makes one attempt: it fails with quorum.ErrNotAcquired when
+// TryLock makes one attempt: it fails with lease.ErrNotAcquired when
 // another owner holds key.
-func (l *Locker) TryLock(ctx context.Context, key string) (*Lease, error) {
-	return l.lock(ctx, []string{key}, false)
+func (l *Locker) TryLock(ctx context.Context, key string) (lease.Lease, error) {
+	return held(l.lock(ctx, []string{key}, false))
 }
 
 // LockMulti acquires every key in one lease, one recipe lock per key in
 // sorted order (duplicates once); a call that fails releases what it took.
-func (l *Locker) LockMulti(ctx context.Context, keys ...string) (*Lease, error) {
-	return l.lock(ctx, keys, true)
+func (l *Locker) LockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
+	return held(l.lock(ctx, keys, true))
 }
 
 // TryLockMulti is LockMulti without waiting.
-func (l *Locker) TryLockMulti(ctx context.Context, keys ...string) (*Lease, error) {
-	return l.lock(ctx, keys, false)
+func (l *Locker) TryLockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
+	return held(l.lock(ctx, keys, false))
+}
+
+// held returns le as a lease.Lease: nil, not a nil *Lease, when there is none.
+func held(le *Lease, err error) (lease.Lease, error) {
+	if le == nil {
+		return nil, err
+	}
+	return le, err
 }
 
 // lock takes every key of keys, waiting for each or not.
@@ -51,7 +60,7 @@ func (l *Locker) lock(ctx context.Context, keys []string, wait bool) (*Lease, er
 	}
 	start := time.Now()
 	le, err := l.take(ctx, keys, name, wait, false)
-	l.cfg.observer.ObserveAcquire(quorum.AcquireEvent{Key: name, Attempts: 1, Duration: time.Since(start), Result: resultOf(err), Err: err})
+	l.cfg.observer.ObserveAcquire(lease.AcquireEvent{Key: name, Attempts: 1, Duration: time.Since(start), Result: resultOf(err), Err: err})
 	return le, err
 }
 
@@ -73,7 +82,7 @@ func (l *Locker) take(ctx context.Context, keys []string, name string, wait, ret
 		m, err := l.acquire(wctx, s, k, wait)
 		if err != nil && (isLeaseGone(err) || errors.Is(err, concurrency.ErrSessionExpired)) && !retried {
 			l.abandon(le)
-			s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", quorum.ErrLeaseLost, err), quorum.LostExtendFailed)
+			s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", lease.ErrLeaseLost, err), lease.LostExtendFailed)
 			cancel()
 			return l.take(ctx, keys, name, wait, true)
 		}
@@ -96,9 +105,9 @@ func (l *Locker) take(ctx context.Context, keys []string, name string, wait, ret
 		// The session's keep-alive is stalled: a lease this close to its
 		// end would be lost before its holder could use it.
 		le.s.drop(le)
-		le.end(fmt.Errorf("etcdlock: %q: %w", name, quorum.ErrReleased))
+		le.end(fmt.Errorf("etcdlock: %q: %w", name, lease.ErrReleased))
 		l.abandon(le)
-		return nil, fmt.Errorf("etcdlock: lock %q: %w: the session has %v of validity left, under the safety margin %v", name, quorum.ErrQuorumUnavailable, left.Round(time.Millisecond), l.cfg.margin)
+		return nil, fmt.Errorf("etcdlock: lock %q: %w: the session has %v of validity left, under the safety margin %v", name, lease.ErrQuorumUnavailable, left.Round(time.Millisecond), l.cfg.margin)
 	}
 	return le, nil
 }
@@ -216,19 +225,19 @@ func (l *Locker) sessionOf() *session {
 	return l.sess
 }
 
-// lockError maps a failed acquisition to quorum's sentinels.
+// lockError maps a failed acquisition to package lease's sentinels.
 func (l *Locker) lockError(ctx context.Context, name string, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("etcdlock: lock %q: %w", name, ctx.Err())
-	case errors.Is(err, quorum.ErrClosed), errors.Is(err, quorum.ErrQuorumUnavailable):
+	case errors.Is(err, lease.ErrClosed), errors.Is(err, lease.ErrQuorumUnavailable):
 		return fmt.Errorf("etcdlock: lock %q: %w", name, err)
 	case errors.Is(err, concurrency.ErrLocked):
-		return fmt.Errorf("etcdlock: lock %q: %w", name, quorum.ErrNotAcquired)
+		return fmt.Errorf("etcdlock: lock %q: %w", name, lease.ErrNotAcquired)
 	case errors.Is(err, context.DeadlineExceeded) && l.reachable(ctx, name):
-		return fmt.Errorf("etcdlock: lock %q: %w: still held after %v", name, quorum.ErrNotAcquired, l.cfg.maxWait)
+		return fmt.Errorf("etcdlock: lock %q: %w: still held after %v", name, lease.ErrNotAcquired, l.cfg.maxWait)
 	}
-	return fmt.Errorf("etcdlock: lock %q: %w: %w", name, quorum.ErrQuorumUnavailable, err)
+	return fmt.Errorf("etcdlock: lock %q: %w: %w", name, lease.ErrQuorumUnavailable, err)
 }
 
 // reachable reports whether etcd answers a read with a leader, within the
@@ -245,16 +254,16 @@ func isLeaseGone(err error) bool {
 	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound)
 }
 
-func resultOf(err error) quorum.Result {
+func resultOf(err error) lease.Result {
 	switch {
 	case err == nil:
-		return quorum.ResultAcquired
-	case errors.Is(err, quorum.ErrNotAcquired):
-		return quorum.ResultNotAcquired
-	case errors.Is(err, quorum.ErrQuorumUnavailable):
-		return quorum.ResultUnavailable
+		return lease.ResultAcquired
+	case errors.Is(err, lease.ErrNotAcquired):
+		return lease.ResultNotAcquired
+	case errors.Is(err, lease.ErrQuorumUnavailable):
+		return lease.ResultUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return quorum.ResultCanceled
+		return lease.ResultCanceled
 	}
-	return quorum.ResultError
+	return lease.ResultError
 }

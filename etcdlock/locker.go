@@ -10,8 +10,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quorumlock/quorumlock/internal/option"
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
+
+var _ lease.Locker = (*Locker)(nil)
 
 // Locker takes locks on etcd. It is safe for concurrent use; Close it when
 // done.
@@ -73,7 +75,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	defer l.mu.Unlock()
 	switch {
 	case l.closed:
-		return nil, quorum.ErrClosed
+		return nil, lease.ErrClosed
 	case l.sess != nil && l.sess.live():
 		return l.sess, nil
 	}
@@ -104,7 +106,7 @@ func (l *Locker) Close() error {
 	s := l.sess
 	l.mu.Unlock()
 	if s != nil {
-		s.end(fmt.Errorf("etcdlock: %w: %w", quorum.ErrLeaseLost, quorum.ErrClosed), 0)
+		s.end(fmt.Errorf("etcdlock: %w: %w", lease.ErrLeaseLost, lease.ErrClosed), 0)
 	}
 	l.cancel()
 	l.mu.Lock()

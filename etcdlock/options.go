@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Option configures a Locker. Options that share a name with quorum's mean
@@ -20,13 +20,13 @@ type config struct {
 	drift       float64
 	margin      time.Duration
 	prefix      string
-	fencer      quorum.Fencer
-	observer    quorum.Observer
+	fencer      lease.Fencer
+	observer    lease.Observer
 }
 
 func defaultConfig() config {
 	return config{ttl: 10 * time.Second, drift: 0.01, maxWait: 10 * time.Second, prefix: "quorumlock/",
-		observer: quorum.NopObserver{}}
+		observer: lease.NopObserver{}}
 }
 
 // WithTTL sets the session lease's TTL (default 10s): how long the locks of
@@ -42,7 +42,7 @@ func WithNodeTimeout(d time.Duration) Option {
 
 // WithMaxWait bounds one Lock call, its wait for the predecessors included
 // (default 10s); past it Lock fails with an error matching
-// quorum.ErrNotAcquired.
+// lease.ErrNotAcquired.
 func WithMaxWait(d time.Duration) Option { return func(c *config) error { c.maxWait = d; return nil } }
 
 // WithDriftFactor sets the share of the TTL that Until leaves for clock
@@ -61,7 +61,7 @@ func WithPrefix(p string) Option { return func(c *config) error { c.prefix = p; 
 
 // WithFencer replaces the revision fence with f's tokens (see the package
 // documentation): for a resource that writers without the lock also write.
-func WithFencer(f quorum.Fencer) Option {
+func WithFencer(f lease.Fencer) Option {
 	return func(c *config) error {
 		if f == nil {
 			return errors.New("etcdlock: WithFencer: nil Fencer")
@@ -71,10 +71,11 @@ func WithFencer(f quorum.Fencer) Option {
 	}
 }
 
-// WithObserver reports acquisitions, releases and losses to o, with
-// quorum's event types (so quorum/quorumprom's metrics work unchanged);
-// Attempts counts one per Lock call, Wakeups none.
-func WithObserver(o quorum.Observer) Option {
+// WithObserver reports acquisitions, extensions, releases and losses to o,
+// with package lease's event types (so quorum/quorumprom's metrics serve
+// etcdlock too); Attempts counts one per Lock call, Wakeups none, and it
+// sends no NodeEvent (the etcd client fails over between members itself).
+func WithObserver(o lease.Observer) Option {
 	return func(c *config) error {
 		if o == nil {
 			return errors.New("etcdlock: WithObserver: nil Observer")

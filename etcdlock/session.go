@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/quorumlock/quorumlock/internal/wait"
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // session is one etcd lease kept alive for a Locker's locks, with the
@@ -39,13 +39,13 @@ func openSession(ctx, keep context.Context, cli *clientv3.Client, cfg *config, b
 	g, err := cli.Grant(gctx, int64(cfg.ttl/time.Second))
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
+		return nil, fmt.Errorf("etcdlock: open a session: %w: %w", lease.ErrQuorumUnavailable, err)
 	}
 	sctx, stop := context.WithCancel(keep)
 	cs, err := concurrency.NewSession(cli, concurrency.WithLease(g.ID), concurrency.WithContext(sctx))
 	if err != nil {
 		stop()
-		return nil, fmt.Errorf("etcdlock: open a session: %w: %w", quorum.ErrQuorumUnavailable, err)
+		return nil, fmt.Errorf("etcdlock: open a session: %w: %w", lease.ErrQuorumUnavailable, err)
 	}
 	s := &session{cs: cs, cfg: cfg, bg: bg, keep: keep, sctx: sctx, stop: stop, ended: make(chan struct{}),
 		until: start.Add(cfg.ttl - cfg.allowance()), leases: map[*Lease]struct{}{}}
@@ -94,7 +94,7 @@ func (s *session) refresh() bool {
 	case err == nil:
 		s.refreshed(sent)
 	case isLeaseGone(err):
-		s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", quorum.ErrLeaseLost, err), quorum.LostExtendFailed)
+		s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", lease.ErrLeaseLost, err), lease.LostExtendFailed)
 		return false
 	}
 	return true
@@ -124,11 +124,11 @@ func (s *session) expire() {
 		s.timer.Reset(late)
 		return
 	}
-	s.end(fmt.Errorf("etcdlock: %w: validity ran out with no keep-alive answered", quorum.ErrLeaseLost), quorum.LostExpired)
+	s.end(fmt.Errorf("etcdlock: %w: validity ran out with no keep-alive answered", lease.ErrLeaseLost), lease.LostExpired)
 }
 
 // end ends the session once, and every lease it holds with err.
-func (s *session) end(err error, reason quorum.LostReason) {
+func (s *session) end(err error, reason lease.LostReason) {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()

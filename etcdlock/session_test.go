@@ -11,16 +11,16 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/etcdlock"
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 const sessionTTL = 4 * time.Second
 
 // grant is the outcome of a Lock call made in the background.
 type grant struct {
-	at    time.Time
-	lease *etcdlock.Lease
-	err   error
+	at  time.Time
+	le  lease.Lease
+	err error
 }
 
 // lockLater calls l.Lock(key) in the background; the answer arrives on the
@@ -29,8 +29,8 @@ func lockLater(t *testing.T, l *etcdlock.Locker, key string) <-chan grant {
 	t.Helper()
 	ch := make(chan grant, 1)
 	go func() {
-		lease, err := l.Lock(ctxT(t), key)
-		ch <- grant{at: time.Now(), lease: lease, err: err}
+		le, err := l.Lock(ctxT(t), key)
+		ch <- grant{at: time.Now(), le: le, err: err}
 	}()
 	return ch
 }
@@ -43,7 +43,7 @@ func awaitGrant(t *testing.T, g <-chan grant, d time.Duration) grant {
 		if r.err != nil {
 			t.Fatalf("lock: %v", r.err)
 		}
-		t.Cleanup(func() { _ = r.lease.Unlock(context.Background()) })
+		t.Cleanup(func() { _ = r.le.Unlock(context.Background()) })
 		return r
 	case <-time.After(d):
 		t.Fatalf("no grant within %v", d)
@@ -68,7 +68,7 @@ func TestClientKeepAliveEndingLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holder.Close() })
-	lease, err := holder.TryLock(ctxT(t), "kept")
+	le, err := holder.TryLock(ctxT(t), "kept")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,25 +78,25 @@ func TestClientKeepAliveEndingLosesNothing(t *testing.T) {
 	if err := holderCli.Lease.Close(); err != nil {
 		t.Fatal(err)
 	}
-	until := lease.Until()
+	until := le.Until()
 	other := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(time.Minute))
 	g := lockLater(t, other, "kept")
 	select {
 	case r := <-g:
 		if r.err == nil {
-			_ = r.lease.Unlock(ctxT(t))
+			_ = r.le.Unlock(ctxT(t))
 		}
 		t.Fatalf("another owner was granted the key (lock error %v) while the holder's lease was %v, its Until %v after the grant",
-			r.err, lease.Err(), lease.Until().Sub(r.at).Round(time.Millisecond))
+			r.err, le.Err(), le.Until().Sub(r.at).Round(time.Millisecond))
 	case <-time.After(3 * sessionTTL):
 	}
-	if err := lease.Err(); err != nil {
+	if err := le.Err(); err != nil {
 		t.Fatalf("the lease ended with the client's keep-alive: %v", err)
 	}
-	if !lease.Until().After(until.Add(2 * sessionTTL)) {
-		t.Fatalf("Until moved from %v to %v in 3 TTLs: the Locker's refreshes stopped", until, lease.Until())
+	if !le.Until().After(until.Add(2 * sessionTTL)) {
+		t.Fatalf("Until moved from %v to %v in 3 TTLs: the Locker's refreshes stopped", until, le.Until())
 	}
-	if err := lease.Unlock(ctxT(t)); err != nil {
+	if err := le.Unlock(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
 	awaitGrant(t, g, sessionTTL)
@@ -134,7 +134,7 @@ func TestEndedSessionKeepsKeysUntilUntil(t *testing.T) {
 	case <-time.After(sessionTTL):
 		t.Fatal("the lease on the ended session was not lost")
 	}
-	if !errors.Is(held.Err(), quorum.ErrLeaseLost) {
+	if !errors.Is(held.Err(), lease.ErrLeaseLost) {
 		t.Fatalf("lease error %v, want ErrLeaseLost", held.Err())
 	}
 	until := held.Until()

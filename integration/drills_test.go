@@ -71,6 +71,7 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/devtools/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
@@ -940,7 +941,7 @@ func drillUnlockReplyLost(t *testing.T, k *drillKit) {
 		}
 	})
 	err = leaseA.Unlock(ctx)
-	if !errors.Is(err, quorum.ErrUnlockUnconfirmed) {
+	if !errors.Is(err, lease.ErrUnlockUnconfirmed) {
 		t.Fatalf("A's unlock with every reply late: %v, want ErrUnlockUnconfirmed", err)
 	}
 	for _, n := range k.bed.Redis {
@@ -977,7 +978,7 @@ func drillUnlockReplyLost(t *testing.T, k *drillKit) {
 		}
 	}
 	// A retries its unlock with the same token.
-	if err := leaseA.Unlock(ctx); !errors.Is(err, quorum.ErrLeaseLost) {
+	if err := leaseA.Unlock(ctx); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("A's retried unlock: %v, want ErrLeaseLost (the token is gone)", err)
 	}
 	if !allB() {

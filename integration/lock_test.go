@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -133,19 +134,19 @@ func TestLockUnderFaults(t *testing.T) {
 			defer wg.Done()
 			name := fmt.Sprintf("worker%d", w)
 			for i := 0; i < 500 && runCtx.Err() == nil; i++ {
-				lease, err := l.Lock(runCtx, "guarded:counter")
+				le, err := l.Lock(runCtx, "guarded:counter")
 				if err != nil {
 					count("lock failed")
 					continue
 				}
 				from := time.Now()
-				werr := res.write(runCtx, lease.Fence(), name)
+				werr := res.write(runCtx, le.Fence(), name)
 				to := time.Now()
-				if u := lease.Until(); u.Before(to) {
+				if u := le.Until(); u.Before(to) {
 					to = u // the holder stops trusting the lease at its validity end
 				}
-				_ = lease.Unlock(context.WithoutCancel(runCtx))
-				holds.Add(checker.Hold{Key: "guarded:counter", Holder: fmt.Sprintf("%s#%d", name, i), Fence: lease.Fence(), From: from, To: to})
+				_ = le.Unlock(context.WithoutCancel(runCtx))
+				holds.Add(checker.Hold{Key: "guarded:counter", Holder: fmt.Sprintf("%s#%d", name, i), Fence: le.Fence(), From: from, To: to})
 				switch {
 				case werr == nil:
 					count("written")
@@ -261,7 +262,7 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 			if last := leaseA.Until().Add(-nodeTimeout); last.Before(stopB) {
 				stopB = last
 			}
-			var leaseB *quorum.Lease
+			var leaseB lease.Lease
 			var errB error
 			triesB := 0
 			for {
@@ -320,9 +321,9 @@ func waitLockable(t *testing.T, ctx context.Context, l *quorum.Locker) {
 	t.Helper()
 	deadline := time.Now().Add(l.TTL()*3 + 5*time.Second)
 	for {
-		lease, err := l.TryLock(ctx, "integration:warm")
+		le, err := l.TryLock(ctx, "integration:warm")
 		if err == nil {
-			_ = lease.Unlock(ctx)
+			_ = le.Unlock(ctx)
 			return
 		}
 		if time.Now().After(deadline) {

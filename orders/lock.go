@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders/placement"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -45,48 +46,48 @@ func QuorumLocker(l *quorum.Locker) Locker { return quorumLocker{l} }
 type quorumLocker struct{ l *quorum.Locker }
 
 func (q quorumLocker) Lock(ctx context.Context, keys ...string) (Lease, error) {
-	lease, err := q.l.LockMulti(ctx, keys...)
+	le, err := q.l.LockMulti(ctx, keys...)
 	if err != nil {
 		return nil, LockError(err)
 	}
-	return quorumLease{lease}, nil
+	return quorumLease{le}, nil
 }
 
 // LockError maps an acquisition error matching quorum's sentinels (both
 // backends return them) to the orders sentinels, for lock adapters:
-// quorum.ErrNotAcquired to ErrLockBusy, quorum.ErrQuorumUnavailable and
-// quorum.ErrClosed to ErrLockUnavailable; others pass as they are.
+// lease.ErrNotAcquired to ErrLockBusy, lease.ErrQuorumUnavailable and
+// lease.ErrClosed to ErrLockUnavailable; others pass as they are.
 func LockError(err error) error {
 	switch {
-	case errors.Is(err, quorum.ErrNotAcquired):
+	case errors.Is(err, lease.ErrNotAcquired):
 		return fmt.Errorf("%w: %w", ErrLockBusy, err)
-	case errors.Is(err, quorum.ErrQuorumUnavailable), errors.Is(err, quorum.ErrClosed):
+	case errors.Is(err, lease.ErrQuorumUnavailable), errors.Is(err, lease.ErrClosed):
 		return fmt.Errorf("%w: %w", ErrLockUnavailable, err)
 	}
 	return err
 }
 
 // UnlockError maps a release error to the orders sentinels, for lock
-// adapters: quorum.ErrLeaseLost to ErrLockLost, quorum.ErrUnlockUnconfirmed
+// adapters: lease.ErrLeaseLost to ErrLockLost, lease.ErrUnlockUnconfirmed
 // to ErrUnlockUnconfirmed.
 func UnlockError(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, quorum.ErrLeaseLost):
+	case errors.Is(err, lease.ErrLeaseLost):
 		return fmt.Errorf("%w: %w", ErrLockLost, err)
-	case errors.Is(err, quorum.ErrUnlockUnconfirmed):
+	case errors.Is(err, lease.ErrUnlockUnconfirmed):
 		return fmt.Errorf("%w: %w", ErrUnlockUnconfirmed, err)
 	}
 	return err
 }
 
-type quorumLease struct{ l *quorum.Lease }
+type quorumLease struct{ l lease.Lease }
 
 func (q quorumLease) FenceOf(key string) int64 { return q.l.FenceOf(key) }
 
 func (q quorumLease) Unlock(ctx context.Context) error { return UnlockError(q.l.Unlock(ctx)) }
 
 func (q quorumLease) Detail() LeaseDetail {
-	return LeaseDetail{Key: strings.Join(q.l.Keys(), ","), TokenDigest: q.l.TokenDigest(), Fence: q.l.Fence(), Until: q.l.Until()}
+	return LeaseDetail{Key: strings.Join(q.l.Keys(), ","), TokenDigest: lease.TokenDigest(q.l.Token()), Fence: q.l.Fence(), Until: q.l.Until()}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/devtools/audit"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/request"
@@ -484,11 +485,11 @@ func (r *rig) awaitHeldEverywhere(t *testing.T, key, token string) {
 
 // unlock releases l, calling Unlock again (which retries the nodes that did
 // not confirm) while the release is unconfirmed, a bounded number of times.
-func unlock(t *testing.T, l *quorum.Lease) {
+func unlock(t *testing.T, l lease.Lease) {
 	t.Helper()
 	var err error
 	for range 5 {
-		if err = l.Unlock(context.Background()); !errors.Is(err, quorum.ErrUnlockUnconfirmed) {
+		if err = l.Unlock(context.Background()); !errors.Is(err, lease.ErrUnlockUnconfirmed) {
 			break
 		}
 		t.Logf("unlock: %v; again", err)

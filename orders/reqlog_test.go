@@ -17,6 +17,7 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/internal/syncbuf"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -50,21 +51,21 @@ type tokenLocker struct {
 }
 
 func (r *tokenLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
-	lease, err := r.l.LockMulti(ctx, keys...)
+	le, err := r.l.LockMulti(ctx, keys...)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
-	r.tokens = append(r.tokens, lease.Token())
+	r.tokens = append(r.tokens, le.Token())
 	r.mu.Unlock()
-	return tokenLease{lease}, nil
+	return tokenLease{le}, nil
 }
 
 // tokenLease is a quorum lease as the service sees one.
-type tokenLease struct{ *quorum.Lease }
+type tokenLease struct{ lease.Lease }
 
 func (l tokenLease) Detail() orders.LeaseDetail {
-	return orders.LeaseDetail{Key: l.Key(), TokenDigest: l.TokenDigest(), Fence: l.Fence(), Until: l.Until()}
+	return orders.LeaseDetail{Key: l.Key(), TokenDigest: lease.TokenDigest(l.Token()), Fence: l.Fence(), Until: l.Until()}
 }
 
 // The request log carries the lock key, the token's digest, the fence, the
@@ -119,7 +120,7 @@ func TestRequestLog(t *testing.T) {
 		{"first: result", first["result"], "created"},
 		{"first: status", first["status"], 201.0},
 		{"first: lock key", lock["key"], "stock:42"},
-		{"first: token digest", lock["token"], quorum.TokenDigest(tok)},
+		{"first: token digest", lock["token"], lease.TokenDigest(tok)},
 		{"first: unlock", lock["unlock"], "released"},
 		{"replay: idempotency", again["idempotency"], "SUCCESS"},
 		{"replay: replayed", again["replayed"], true},

@@ -7,21 +7,24 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Lock acquires key, retrying with a jittered exponential backoff until it
 // succeeds, ctx ends, or the retry budget (WithRetry, WithMaxWait) is spent.
-// On failure the error matches ErrNotAcquired or ErrQuorumUnavailable (a
-// *QuorumError, maybe wrapped), ctx.Err(), the Fencer's error, or ErrClosed.
+// On failure the error matches lease.ErrNotAcquired or lease.ErrQuorumUnavailable (a
+// *QuorumError, maybe wrapped), ctx.Err(), the Fencer's error, or lease.ErrClosed.
 // It returns within WithMaxWait plus one node timeout (plus the Fencer's
 // call), and as soon as ctx ends; a failed attempt is undone in the background.
-func (l *Locker) Lock(ctx context.Context, key string) (*Lease, error) {
-	return l.lock(ctx, []string{key}, l.cfg.retry.Attempts, l.cfg.maxWait)
+// The Lease returned is a *Lease.
+func (l *Locker) Lock(ctx context.Context, key string) (lease.Lease, error) {
+	return held(l.lock(ctx, []string{key}, l.cfg.retry.Attempts, l.cfg.maxWait))
 }
 
-// TryLock makes exactly one attempt to acquire key (ErrNotAcquired: it is held).
-func (l *Locker) TryLock(ctx context.Context, key string) (*Lease, error) {
-	return l.lock(ctx, []string{key}, 1, 0)
+// TryLock makes exactly one attempt to acquire key (lease.ErrNotAcquired: it is held).
+func (l *Locker) TryLock(ctx context.Context, key string) (lease.Lease, error) {
+	return held(l.lock(ctx, []string{key}, 1, 0))
 }
 
 // LockMulti acquires every key in one lease, all or nothing, retrying as Lock
@@ -31,13 +34,21 @@ func (l *Locker) TryLock(ctx context.Context, key string) (*Lease, error) {
 // one validity and holds while a majority holds every key; all its operations
 // act on every key, and each key has its own fence (FenceOf). A lease of any
 // Redlock client (redsync too) on one of the keys excludes it, and vice versa.
-func (l *Locker) LockMulti(ctx context.Context, keys ...string) (*Lease, error) {
-	return l.lock(ctx, keys, l.cfg.retry.Attempts, l.cfg.maxWait)
+func (l *Locker) LockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
+	return held(l.lock(ctx, keys, l.cfg.retry.Attempts, l.cfg.maxWait))
 }
 
 // TryLockMulti makes exactly one attempt to acquire every key (LockMulti).
-func (l *Locker) TryLockMulti(ctx context.Context, keys ...string) (*Lease, error) {
-	return l.lock(ctx, keys, 1, 0)
+func (l *Locker) TryLockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
+	return held(l.lock(ctx, keys, 1, 0))
+}
+
+// held returns le as a lease.Lease: nil, not a nil *Lease, when there is none.
+func held(le *Lease, err error) (lease.Lease, error) {
+	if le == nil {
+		return nil, err
+	}
+	return le, err
 }
 
 // acquirer is one Lock call: its attempts, backoff and place in the queues.
@@ -59,17 +70,17 @@ func (l *Locker) lock(ctx context.Context, keys []string, attempts int, maxWait 
 	case err != nil:
 		return nil, err
 	case l.closed.Load():
-		return nil, fmt.Errorf("quorum: lock %q: %w", tg.name, ErrClosed)
+		return nil, fmt.Errorf("quorum: lock %q: %w", tg.name, lease.ErrClosed)
 	}
 	a := &acquirer{l: l, tg: tg, attempts: attempts, start: time.Now()}
 	if maxWait > 0 {
 		a.deadline = a.start.Add(maxWait)
 	}
 	defer func() { l.wk.unregister(a.wt) }()
-	lease, err := a.run(ctx)
-	l.cfg.observer.ObserveAcquire(AcquireEvent{Key: tg.name, Attempts: a.n, Wakeups: a.wakeups,
+	le, err := a.run(ctx)
+	l.cfg.observer.ObserveAcquire(lease.AcquireEvent{Key: tg.name, Attempts: a.n, Wakeups: a.wakeups,
 		Duration: time.Since(a.start), Result: resultOf(err), Err: err})
-	return lease, err
+	return le, err
 }
 
 func (a *acquirer) run(ctx context.Context) (*Lease, error) {
@@ -84,16 +95,16 @@ func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 		}
 		a.n++
 		a.l.wk.attempting(a.wt)
-		lease, retryable, err := a.l.attempt(ctx, a.tg, a.wt != nil)
+		le, retryable, err := a.l.attempt(ctx, a.tg, a.wt != nil)
 		switch {
 		case err == nil:
-			return lease, nil
+			return le, nil
 		case ctxErr(ctx) != nil:
 			return nil, a.ctxError(ctx)
 		case !retryable || (a.attempts > 0 && a.n >= a.attempts) || a.l.closed.Load():
 			return nil, a.gaveUp(err)
 		}
-		if a.wt == nil && errors.Is(err, ErrNotAcquired) {
+		if a.wt == nil && errors.Is(err, lease.ErrNotAcquired) {
 			a.wt = a.l.wk.join(a.tg.keys, false) // be told when it is released
 		}
 		if !a.pause(ctx) {
@@ -155,18 +166,18 @@ func (a *acquirer) gaveUp(err error) error {
 	return err
 }
 
-func resultOf(err error) Result {
+func resultOf(err error) lease.Result {
 	switch {
 	case err == nil:
-		return ResultAcquired
-	case errors.Is(err, ErrNotAcquired):
-		return ResultNotAcquired
-	case errors.Is(err, ErrQuorumUnavailable):
-		return ResultUnavailable
+		return lease.ResultAcquired
+	case errors.Is(err, lease.ErrNotAcquired):
+		return lease.ResultNotAcquired
+	case errors.Is(err, lease.ErrQuorumUnavailable):
+		return lease.ResultUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return ResultCanceled
+		return lease.ResultCanceled
 	}
-	return ResultError
+	return lease.ResultError
 }
 
 // ctxError wraps the context's error (and its cause when it differs).
@@ -180,7 +191,7 @@ func (a *acquirer) ctxError(ctx context.Context) error {
 
 // attempt makes one acquisition attempt, on the fast lane when other Lock
 // calls wait for the keys. retryable is false when the Fencer failed.
-func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (lease *Lease, retryable bool, err error) {
+func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (le *Lease, retryable bool, err error) {
 	token := rand.Text()
 	var btoken any = token // boxed once for every request of the lease
 	start := time.Now()    // before the first request leaves
@@ -191,16 +202,16 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (lease 
 	if t.verdict() == won {
 		if until := l.cfg.leaseEnd(start, l.cfg.ttl); time.Now().Before(until) {
 			// Armed once handed out (after the Fencer): unused, it reports no loss.
-			lease = &Lease{l: l, target: tg, token: token, btoken: btoken, start: start, until: until,
+			le = &Lease{l: l, target: tg, token: token, btoken: btoken, start: start, until: until,
 				acqDeadline: c.req.deadline, fast: contended, lost: make(chan struct{}), moved: make(chan struct{}, 1)}
 			if l.cfg.fencer != nil {
-				return l.fence(ctx, lease, c)
+				return l.fence(ctx, le, c)
 			}
-			lease.arm()
-			return lease, true, nil
+			le.arm()
+			return le, true, nil
 		}
 		reason = fmt.Sprintf("the vote took %v and left no validity", time.Since(start).Round(time.Microsecond))
-		sentinel = ErrQuorumUnavailable
+		sentinel = lease.ErrQuorumUnavailable
 	}
 	c.undo(tg.boxed, btoken)
 	return nil, true, l.quorumError(OpAcquire, tg.name, t, reason, sentinel)
@@ -224,24 +235,24 @@ func (l *Locker) acquireArgs(tg target, btoken any) []any {
 
 // fence asks the Fencer for each key's fence, in order, within the validity.
 // Either failure releases the lease; only running out of validity is retried.
-func (l *Locker) fence(ctx context.Context, lease *Lease, c *call) (*Lease, bool, error) {
-	fctx, cancel := context.WithDeadline(ctx, lease.until)
-	fences := make([]int64, len(lease.keys))
+func (l *Locker) fence(ctx context.Context, le *Lease, c *call) (*Lease, bool, error) {
+	fctx, cancel := context.WithDeadline(ctx, le.until)
+	fences := make([]int64, len(le.keys))
 	var err error
 	for i := 0; i < len(fences) && err == nil; i++ {
-		fences[i], err = l.cfg.fencer.Next(fctx, lease.keys[i])
+		fences[i], err = l.cfg.fencer.Next(fctx, le.keys[i])
 	}
 	cancel()
-	if err == nil && time.Now().Before(lease.until) {
-		lease.fences = fences
-		lease.arm()
-		return lease, true, nil
+	if err == nil && time.Now().Before(le.until) {
+		le.fences = fences
+		le.arm()
+		return le, true, nil
 	}
-	lease.end(nil, 0)
-	c.undo(lease.boxed, lease.btoken)
+	le.end(nil, 0)
+	c.undo(le.boxed, le.btoken)
 	if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
-		return nil, false, fmt.Errorf("quorum: lock %q: fence: %w", lease.name, err)
+		return nil, false, fmt.Errorf("quorum: lock %q: fence: %w", le.name, err)
 	}
 	t := tally{n: len(l.nodes), quorum: l.quorum, ok: l.quorum}
-	return nil, true, l.quorumError(OpAcquire, lease.name, t, "the fencer answered after the validity ran out", ErrQuorumUnavailable)
+	return nil, true, l.quorumError(OpAcquire, le.name, t, "the fencer answered after the validity ran out", lease.ErrQuorumUnavailable)
 }

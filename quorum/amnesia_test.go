@@ -5,23 +5,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // holdOnExactMajority acquires k while nodes 3 and 4 are cut off, so the
 // lease is held on nodes 0, 1 and 2 only.
-func holdOnExactMajority(t *testing.T, r *rig, l *quorum.Locker, k string) *quorum.Lease {
+func holdOnExactMajority(t *testing.T, r *rig, l *quorum.Locker, k string) lease.Lease {
 	t.Helper()
 	heal := r.partition(t, 3, 4)
-	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	le, err := l.Lock(ctxT(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	heal()
-	if got := r.values(t, k); got[0] != lease.Token() || got[1] != lease.Token() || got[2] != lease.Token() || got[3] != "" || got[4] != "" {
+	if got := r.values(t, k); got[0] != le.Token() || got[1] != le.Token() || got[2] != le.Token() || got[3] != "" || got[4] != "" {
 		t.Fatalf("want the lease on nodes 0-2 only, values %q", got)
 	}
-	return lease
+	return le
 }
 
 // restartEmpty kills node i and starts it again without its data.
@@ -52,7 +53,7 @@ func TestAmnesiaGuard(t *testing.T) {
 		opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaWindow(ttl)}
 		first, second := r.locker(t, opts...), r.locker(t, opts...)
 		k := key(t)
-		lease := holdOnExactMajority(t, r, first, k)
+		le := holdOnExactMajority(t, r, first, k)
 		restartEmpty(t, r, 2)
 
 		// Nodes 0 and 1 still hold the first lease, 3 and 4 are free, and
@@ -61,14 +62,14 @@ func TestAmnesiaGuard(t *testing.T) {
 		// tries may also meet connections broken by the restart.
 		warming := false
 		for i := range 10 {
-			if time.Until(lease.Until()) < time.Second {
+			if time.Until(le.Until()) < time.Second {
 				t.Fatalf("the first lease ran out after %d tries", i)
 			}
 			got, err := second.TryLock(ctxT(t, 10*time.Second), k)
 			if err == nil {
-				t.Fatalf("double grant: %q and %q both hold %s; values %q", lease.Token(), got.Token(), k, r.values(t, k))
+				t.Fatalf("double grant: %q and %q both hold %s; values %q", le.Token(), got.Token(), k, r.values(t, k))
 			}
-			if !errors.Is(err, quorum.ErrQuorumUnavailable) {
+			if !errors.Is(err, lease.ErrQuorumUnavailable) {
 				t.Fatalf("try %d: got %v, want ErrQuorumUnavailable", i, err)
 			}
 			warming = warming || errors.Is(err, quorum.ErrNodeWarming)
@@ -80,11 +81,11 @@ func TestAmnesiaGuard(t *testing.T) {
 		if got := r.value(t, k, 2); got != "" {
 			t.Fatalf("the warming node holds %q", got)
 		}
-		if lease.Err() != nil {
-			t.Fatalf("first lease: %v", lease.Err())
+		if le.Err() != nil {
+			t.Fatalf("first lease: %v", le.Err())
 		}
 		// Unlock tells the truth: only nodes 0 and 1 still had the token.
-		if err := lease.Unlock(ctxT(t, 10*time.Second)); !errors.Is(err, quorum.ErrLeaseLost) {
+		if err := le.Unlock(ctxT(t, 10*time.Second)); !errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("Unlock: got %v, want ErrLeaseLost (the lease was left on 2 nodes)", err)
 		}
 	})
@@ -96,10 +97,10 @@ func TestAmnesiaGuard(t *testing.T) {
 		opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaGuard(false)}
 		first, second := r.locker(t, opts...), r.locker(t, opts...)
 		k := key(t)
-		lease := holdOnExactMajority(t, r, first, k)
+		le := holdOnExactMajority(t, r, first, k)
 		restartEmpty(t, r, 2)
 
-		var double *quorum.Lease
+		var double lease.Lease
 		for i := 0; double == nil && i < 10; i++ {
 			l, err := second.TryLock(ctxT(t, 10*time.Second), k)
 			if err == nil {
@@ -112,15 +113,15 @@ func TestAmnesiaGuard(t *testing.T) {
 			t.Fatal("no double grant without the guard: the amnesia scenario was not reproduced")
 		}
 		now := time.Now()
-		if !now.Before(lease.Until()) || !now.Before(double.Until()) || lease.Err() != nil {
+		if !now.Before(le.Until()) || !now.Before(double.Until()) || le.Err() != nil {
 			t.Fatal("the two leases were not valid at the same time")
 		}
 		got := r.values(t, k)
-		if got[2] != double.Token() || got[0] != lease.Token() {
+		if got[2] != double.Token() || got[0] != le.Token() {
 			t.Fatalf("values %q: node 2 should have voted for the second lease", got)
 		}
 		t.Logf("double grant reproduced: values %q", got)
-		_ = lease.Unlock(ctxT(t, 10*time.Second))
+		_ = le.Unlock(ctxT(t, 10*time.Second))
 		_ = double.Unlock(ctxT(t, 10*time.Second))
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -116,7 +117,7 @@ func TestBatchesKeepMutualExclusion(t *testing.T) {
 		wg.Go(func() {
 			for i := range rounds {
 				k := (g + i) % keys
-				lease, err := l.Lock(ctx, fmt.Sprintf("%s:%d", key(t), k))
+				le, err := l.Lock(ctx, fmt.Sprintf("%s:%d", key(t), k))
 				if err != nil {
 					t.Errorf("goroutine %d: %v", g, err)
 					return
@@ -125,7 +126,7 @@ func TestBatchesKeepMutualExclusion(t *testing.T) {
 					violations.Add(1)
 				}
 				inside[k].Store(0)
-				if err := lease.Unlock(ctx); err != nil {
+				if err := le.Unlock(ctx); err != nil {
 					t.Errorf("goroutine %d: unlock: %v", g, err)
 					return
 				}
@@ -170,13 +171,13 @@ func TestBatchAfterTheNodesLostTheirScripts(t *testing.T) {
 	defer l.Close()
 	defer watch.release()
 	k := key(t)
-	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	le, err := l.Lock(ctxT(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Lock returned at the majority: let the other nodes' requests end,
 	// or the hook would hold one of them instead of the extension.
-	eventually(t, 10*time.Second, "the lease is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+	eventually(t, 10*time.Second, "the lease is on every node", func() bool { return r.count(t, k, le.Token()) == 5 })
 	const n = 6
 	// round queues n acquisitions on every node behind an extension held
 	// in the hook, flushes the scripts when asked, and lets them go as one
@@ -186,10 +187,10 @@ func TestBatchAfterTheNodesLostTheirScripts(t *testing.T) {
 		watch.blocked.Store(0)
 		watch.arm()
 		extended := make(chan error, 1)
-		go func() { extended <- lease.Extend(ctxT(t, time.Minute), 5*time.Minute) }()
+		go func() { extended <- le.Extend(ctxT(t, time.Minute), 5*time.Minute) }()
 		eventually(t, 10*time.Second, "the extension is held on every node", func() bool { return watch.blocked.Load() == 5 })
 		errs := make(chan error, n)
-		leases := make(chan *quorum.Lease, n)
+		leases := make(chan lease.Lease, n)
 		for i := range n {
 			go func() {
 				le, err := l.TryLock(ctxT(t, time.Minute), fmt.Sprintf("%s:%s:%d", k, name, i))
@@ -257,7 +258,7 @@ func TestBatchAfterTheNodesLostTheirScripts(t *testing.T) {
 	if watch.noScripts.Load() == 0 {
 		t.Fatal("no batch met NOSCRIPT: the test no longer covers the reload")
 	}
-	if err := lease.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := le.Unlock(ctxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }

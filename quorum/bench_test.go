@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -47,11 +48,11 @@ func BenchmarkLockUnlock(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				lease, err := l.Lock(ctx, "bench:"+strconv.Itoa(i))
+				le, err := l.Lock(ctx, "bench:"+strconv.Itoa(i))
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := lease.Unlock(ctx); err != nil {
+				if err := le.Unlock(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -70,12 +71,12 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				lease, err := l.Lock(ctx, "bench:parallel:"+strconv.FormatInt(id.Add(1), 10))
+				le, err := l.Lock(ctx, "bench:parallel:"+strconv.FormatInt(id.Add(1), 10))
 				if err != nil {
 					b.Error(err)
 					return
 				}
-				if err := lease.Unlock(ctx); err != nil {
+				if err := le.Unlock(ctx); err != nil {
 					b.Error(err)
 					return
 				}
@@ -97,7 +98,7 @@ func BenchmarkTryLockContended(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := l.TryLock(ctx, k); !errors.Is(err, quorum.ErrNotAcquired) {
+		if _, err := l.TryLock(ctx, k); !errors.Is(err, lease.ErrNotAcquired) {
 			b.Fatalf("got %v", err)
 		}
 	}
@@ -111,16 +112,16 @@ func BenchmarkExtend(b *testing.B) {
 	r := newRig(b)
 	l := r.locker(b)
 	ctx := context.Background()
-	lease, err := l.Lock(ctx, "bench:extend")
+	le, err := l.Lock(ctx, "bench:extend")
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := lease.Extend(ctx, l.TTL()); err != nil {
+		if err := le.Extend(ctx, l.TTL()); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
-	_ = lease.Unlock(ctx)
+	_ = le.Unlock(ctx)
 }

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 func TestTokenDigest(t *testing.T) {
-	a, b := quorum.TokenDigest("token-a"), quorum.TokenDigest("token-b")
+	a, b := lease.TokenDigest("token-a"), lease.TokenDigest("token-b")
 	if len(a) != 8 {
 		t.Fatalf("digest %q: want 8 hex digits", a)
 	}
@@ -23,7 +24,7 @@ func TestTokenDigest(t *testing.T) {
 	if a == b {
 		t.Fatalf("two tokens share the digest %q", a)
 	}
-	if quorum.TokenDigest("token-a") != a {
+	if lease.TokenDigest("token-a") != a {
 		t.Fatal("the digest is not deterministic")
 	}
 }
@@ -34,27 +35,27 @@ func TestLeaseLogsNoToken(t *testing.T) {
 	r := newRig(t)
 	l := r.locker(t, quorum.WithTTL(time.Minute))
 	k := key(t)
-	lease, err := l.Lock(ctxT(t, 30*time.Second), k)
+	le, err := l.Lock(ctxT(t, 30*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = lease.Unlock(ctxT(t, 10*time.Second)) }()
+	defer func() { _ = le.Unlock(ctxT(t, 10*time.Second)) }()
 
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	log.Info("held", "lease", lease)
-	slog.New(slog.NewTextHandler(&buf, nil)).Info("held", "lease", lease)
-	fmt.Fprintf(&buf, "%v %s\n", lease, lease)
+	log.Info("held", "lease", le)
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("held", "lease", le)
+	fmt.Fprintf(&buf, "%v %s\n", le, le)
 	out := buf.String()
-	if strings.Contains(out, lease.Token()) {
+	if strings.Contains(out, le.Token()) {
 		t.Fatalf("the token appears in the log:\n%s", out)
 	}
-	for _, want := range []string{k, lease.TokenDigest(), `"valid_for":`} {
+	for _, want := range []string{k, lease.TokenDigest(le.Token()), `"valid_for":`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
 		}
 	}
-	if lease.TokenDigest() != quorum.TokenDigest(lease.Token()) {
+	if le.(*quorum.Lease).TokenDigest() != lease.TokenDigest(le.Token()) {
 		t.Error("Lease.TokenDigest differs from TokenDigest(Token())")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Do acquires key like Lock, runs fn while a watchdog keeps the lease
@@ -13,44 +15,44 @@ import (
 //
 // The watchdog extends the lease to the TTL every watchdog interval, and
 // retries an unclear extension after half a node timeout. fn's context is
-// cancelled, with a cause matching ErrLeaseLost (context.Cause), as soon as
+// cancelled, with a cause matching lease.ErrLeaseLost (context.Cause), as soon as
 // the lease is lost, and at the latest the safety margin before Until when
 // no extension got through: fn should then stop touching the resource.
 //
 // Do returns the acquisition error when the lock was not acquired (fn is
 // not called). Otherwise it returns fn's error, joined with an error
-// matching ErrLeaseLost when the lease was lost while fn ran (the watchdog
+// matching lease.ErrLeaseLost when the lease was lost while fn ran (the watchdog
 // lost it, the margin was reached, or the final Unlock found the token gone
 // from a majority); an unconfirmed release goes to the Observer only. No
 // goroutine started by Do outlives it.
-func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error) error {
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, le lease.Lease) error) error {
 	return l.DoMulti(ctx, []string{key}, fn)
 }
 
 // DoMulti is Do on a multi-key lease (see LockMulti): the watchdog extends
 // every key at once; a key gone from a majority of nodes loses the lease.
-func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, lease *Lease) error) (err error) {
+func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, le lease.Lease) error) (err error) {
 	if fn == nil {
 		return errors.New("quorum: Do: fn is nil")
 	}
-	lease, err := l.LockMulti(ctx, keys...)
+	le, err := l.lock(ctx, keys, l.cfg.retry.Attempts, l.cfg.maxWait)
 	if err != nil {
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
-	ka := l.keepAlive(ctx, lease, cancel)
+	ka := l.keepAlive(ctx, le, cancel)
 	defer func() {
 		lost := ka.close()
-		uerr := lease.Unlock(context.WithoutCancel(ctx))
+		uerr := le.Unlock(context.WithoutCancel(ctx))
 		cancel(context.Canceled)
-		if lost == nil && errors.Is(uerr, ErrLeaseLost) {
+		if lost == nil && errors.Is(uerr, lease.ErrLeaseLost) {
 			lost = uerr
 		}
-		if lost != nil && !errors.Is(err, ErrLeaseLost) {
-			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", lease.name, lost))
+		if lost != nil && !errors.Is(err, lease.ErrLeaseLost) {
+			err = errors.Join(err, fmt.Errorf("quorum: do %q: %w", le.name, lost))
 		}
 	}()
-	return fn(fctx, lease)
+	return fn(fctx, le)
 }
 
 // keepalive keeps a lease alive for Do, as etcd's Session does a Mutex: a
@@ -69,8 +71,8 @@ type keepalive struct {
 }
 
 // keepAlive keeps lease alive until close; cancel ends fn's context.
-func (l *Locker) keepAlive(ctx context.Context, lease *Lease, cancel context.CancelCauseFunc) *keepalive {
-	k := &keepalive{l: l, lease: lease, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{})}
+func (l *Locker) keepAlive(ctx context.Context, le *Lease, cancel context.CancelCauseFunc) *keepalive {
+	k := &keepalive{l: l, lease: le, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{})}
 	k.mu.Lock()
 	k.margin = time.AfterFunc(k.untilMargin(), k.marginReached)
 	k.mu.Unlock()
@@ -100,7 +102,7 @@ func (k *keepalive) marginReached() {
 		return
 	}
 	k.lost = fmt.Errorf("quorum: do %q: %w: no extension got through and less than the safety margin %v of validity is left",
-		k.lease.name, ErrLeaseLost, k.l.cfg.margin)
+		k.lease.name, lease.ErrLeaseLost, k.l.cfg.margin)
 	k.cancel(k.lost)
 }
 
@@ -116,7 +118,7 @@ func (k *keepalive) watch(ctx context.Context) {
 		case <-k.lease.moved:
 			k.marginReached()
 		case <-k.lease.Lost():
-			if err := k.lease.Err(); errors.Is(err, ErrLeaseLost) {
+			if err := k.lease.Err(); errors.Is(err, lease.ErrLeaseLost) {
 				k.mu.Lock()
 				if k.lost == nil {
 					k.lost = err
@@ -128,7 +130,7 @@ func (k *keepalive) watch(ctx context.Context) {
 		case <-next.C:
 			delay := k.l.cfg.watchdog
 			// A loss or a moved validity is handled by its case next round.
-			if err := k.lease.Extend(ctx, k.l.cfg.ttl); errors.Is(err, ErrExtendUnconfirmed) {
+			if err := k.lease.Extend(ctx, k.l.cfg.ttl); errors.Is(err, lease.ErrExtendUnconfirmed) {
 				delay = max(k.l.cfg.nodeTimeout/2, time.Millisecond) // still held: soon
 			}
 			next.Reset(delay)

@@ -3,15 +3,15 @@
 //
 //	l, err := quorum.New(clients, quorum.WithTTL(10*time.Second))
 //	defer l.Close()
-//	lease, err := l.Lock(ctx, "stock:42")
+//	le, err := l.Lock(ctx, "stock:42") // a lease.Lease, whose dynamic type is *Lease
 //	if err != nil { ... }
-//	defer lease.Unlock(context.WithoutCancel(ctx))
-//	// act before lease.Until(), with lease.Fence() on every write
+//	defer le.Unlock(context.WithoutCancel(ctx))
+//	// act before le.Until(), with le.Fence() on every write
 //
 // Or let Do hold the lease while a function runs, extending it in the
 // background and cancelling the function's context if it is lost:
 //
-//	err := l.Do(ctx, "stock:42", func(ctx context.Context, lease *quorum.Lease) error { ... })
+//	err := l.Do(ctx, "stock:42", func(ctx context.Context, le lease.Lease) error { ... })
 //
 // An attempt sends SET key token NX PX ttl (in a Lua script) to all nodes
 // at once and returns as soon as a majority (N/2+1) granted the key or can
@@ -27,6 +27,12 @@
 // expired: protect the resource with a fence (WithFencer). The repository
 // README states the assumptions in full, with the runs that test them.
 //
-// An Observer (WithObserver) hears every acquisition, node error, extension,
-// release and lost lease; package quorumprom adapts it to Prometheus.
+// Locker implements lease.Locker, the API that package etcdlock implements
+// too: its sentinel errors (lease.ErrNotAcquired, ...), Observer and Fencer
+// are declared in package lease; quorum adds only what is its own
+// (QuorumError, NodeError, Op, ErrNodeWarming, ErrNodeTimeout, TrustNode).
+//
+// A lease.Observer (WithObserver) hears every acquisition, node error,
+// extension, release and lost lease; package quorumprom adapts it to
+// Prometheus.
 package quorum

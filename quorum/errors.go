@@ -6,21 +6,10 @@ import (
 	"strings"
 )
 
-// Sentinel errors. Test for them with errors.Is; the concrete error is
-// usually a *QuorumError that carries the per-node details.
+// Errors of a single node, found in a QuorumError's Nodes. The sentinels that
+// every locker shares (lease.ErrNotAcquired, lease.ErrLeaseLost, ...) are declared in
+// package lease.
 var (
-	// ErrNotAcquired means a majority of the nodes answered that another
-	// owner holds the key: the ordinary outcome of contention.
-	ErrNotAcquired = errors.New("quorum: lock is held by another owner")
-
-	// ErrQuorumUnavailable means no majority could grant the lock in time
-	// (nodes failed, timed out or were warming), or the vote left no validity.
-	ErrQuorumUnavailable = errors.New("quorum: not enough nodes available for a majority")
-
-	// ErrLeaseLost means the lease is, or may be, no longer held: its validity
-	// ran out, its token is gone from too many nodes, or Do's margin was reached.
-	ErrLeaseLost = errors.New("quorum: lease lost")
-
 	// ErrNodeWarming is the error of a node that may not vote yet after a
 	// restart (see WithAmnesiaGuard).
 	ErrNodeWarming = errors.New("quorum: node is warming up after a restart")
@@ -28,20 +17,6 @@ var (
 	// ErrNodeTimeout is the error of a node that did not answer within the
 	// node timeout; context.DeadlineExceeded is kept for the caller's context.
 	ErrNodeTimeout = errors.New("quorum: node did not answer in time")
-
-	// ErrUnlockUnconfirmed means no majority confirmed the release in time;
-	// calling Unlock again retries the nodes still unconfirmed.
-	ErrUnlockUnconfirmed = errors.New("quorum: release not confirmed on every node")
-
-	// ErrReleased is the Err of a lease that was released by Unlock.
-	ErrReleased = errors.New("quorum: lease released")
-
-	// ErrExtendUnconfirmed means an extension was neither confirmed by a
-	// majority nor found the token gone from one (see Lease.Extend).
-	ErrExtendUnconfirmed = errors.New("quorum: extension not confirmed by a majority")
-
-	// ErrClosed means the Locker was closed.
-	ErrClosed = errors.New("quorum: locker closed")
 )
 
 // NodeError is the failure of one node in one operation.
@@ -76,8 +51,9 @@ const (
 func (o Op) String() string { return name(o, "acquire", "extend", "release") }
 
 // QuorumError describes an operation that did not get what it needed from the
-// nodes. errors.Is matches its sentinel (ErrNotAcquired, ErrQuorumUnavailable,
-// ErrLeaseLost, ErrExtendUnconfirmed, ErrUnlockUnconfirmed) and each of Nodes.
+// nodes. errors.Is matches its sentinel (lease.ErrNotAcquired,
+// lease.ErrQuorumUnavailable, lease.ErrLeaseLost, lease.ErrExtendUnconfirmed,
+// lease.ErrUnlockUnconfirmed) and each of Nodes.
 type QuorumError struct {
 	Op        Op          // the operation
 	Key       string      // the lock key
@@ -115,4 +91,12 @@ func (e *QuorumError) Unwrap() []error {
 		errs = append(errs, ne)
 	}
 	return errs
+}
+
+// name returns names[v-1], or "unknown" when v is out of range.
+func name[T ~uint8](v T, names ...string) string {
+	if v == 0 || int(v) > len(names) {
+		return "unknown"
+	}
+	return names[v-1]
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -36,9 +37,9 @@ func Example() {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	lease, err := l.Lock(ctx, "stock:42")
+	le, err := l.Lock(ctx, "stock:42")
 	switch {
-	case errors.Is(err, quorum.ErrNotAcquired):
+	case errors.Is(err, lease.ErrNotAcquired):
 		log.Print("busy: someone else holds stock:42")
 		return
 	case err != nil:
@@ -46,12 +47,12 @@ func Example() {
 		return
 	}
 	defer func() {
-		if err := lease.Unlock(context.WithoutCancel(ctx)); err != nil {
+		if err := le.Unlock(context.WithoutCancel(ctx)); err != nil {
 			log.Printf("unlock: %v", err) // the key expires by its TTL anyway
 		}
 	}()
-	if time.Now().Before(lease.Until()) {
-		fmt.Println("working on stock:42 as", lease.Token())
+	if time.Now().Before(le.Until()) {
+		fmt.Println("working on stock:42 as", le.Token())
 	}
 }
 
@@ -63,18 +64,18 @@ func ExampleLocker_Do() {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	err = l.Do(context.Background(), "report:daily", func(ctx context.Context, lease *quorum.Lease) error {
+	err = l.Do(context.Background(), "report:daily", func(ctx context.Context, le lease.Lease) error {
 		for step := range 100 {
 			select {
 			case <-ctx.Done():
-				return context.Cause(ctx) // matches quorum.ErrLeaseLost when the lease was lost
+				return context.Cause(ctx) // matches lease.ErrLeaseLost when the lease was lost
 			default:
 			}
 			fmt.Println("step", step)
 		}
 		return nil
 	})
-	if errors.Is(err, quorum.ErrLeaseLost) {
+	if errors.Is(err, lease.ErrLeaseLost) {
 		log.Print("lost the lease part way: the work may have overlapped with another holder")
 	}
 }
@@ -123,8 +124,8 @@ func ExampleWithFencer() {
 	}
 	defer l.Close()
 	s := &stock{available: 10}
-	err = l.Do(context.Background(), "stock:42", func(ctx context.Context, lease *quorum.Lease) error {
-		return s.take(lease.Fence(), 1)
+	err = l.Do(context.Background(), "stock:42", func(ctx context.Context, le lease.Lease) error {
+		return s.take(le.Fence(), 1)
 	})
 	if errors.Is(err, errStaleFence) {
 		log.Print("rejected a late write")

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // request is one run of op's script on a set of nodes at once (see send).
@@ -55,7 +57,7 @@ type call struct {
 }
 
 // send starts r on its targets (the one way to the workers) and returns the
-// call. Close waits for each node request; after Close, all answer ErrClosed.
+// call. Close waits for each node request; after Close, all answer lease.ErrClosed.
 func (l *Locker) send(ctx context.Context, r request) *call {
 	n := len(l.nodes)
 	if r.targets != nil {
@@ -71,7 +73,7 @@ func (l *Locker) send(ctx context.Context, r request) *call {
 		l.inflight.Add(n)
 	} else if n == 0 || !l.enter(n) {
 		for i := range n {
-			c.add(nodeResult{node: c.target(i), err: ErrClosed})
+			c.add(nodeResult{node: c.target(i), err: lease.ErrClosed})
 		}
 		c.cancel()
 		return c
@@ -99,7 +101,7 @@ func (c *call) deliver(i int, v int64, err error) {
 		oerr = warmingError(v)
 	}
 	if oerr != nil {
-		c.l.cfg.observer.ObserveNodeError(NodeEvent{Op: c.req.op, Key: c.req.key, Node: i, Addr: c.l.nodes[i].addr, Err: oerr})
+		c.l.cfg.observer.ObserveNodeError(lease.NodeEvent{Op: c.req.op.String(), Key: c.req.key, Node: i, Addr: c.l.nodes[i].addr, Err: oerr})
 	}
 	r := nodeResult{node: i, val: v, err: err}
 	if c.req.onAnswer != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -45,21 +46,21 @@ func TestFencer(t *testing.T) {
 		k := key(t)
 		var last int64
 		for range 5 {
-			lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+			le, err := l.Lock(ctxT(t, 5*time.Second), k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if lease.Fence() <= last {
-				t.Fatalf("fence %d after %d", lease.Fence(), last)
+			if le.Fence() <= last {
+				t.Fatalf("fence %d after %d", le.Fence(), last)
 			}
-			last = lease.Fence()
-			if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			last = le.Fence()
+			if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		err := l.Do(ctxT(t, 5*time.Second), k, func(ctx context.Context, lease *quorum.Lease) error {
-			if lease.Fence() != last+1 {
-				t.Errorf("Do: fence %d, want %d", lease.Fence(), last+1)
+		err := l.Do(ctxT(t, 5*time.Second), k, func(ctx context.Context, le lease.Lease) error {
+			if le.Fence() != last+1 {
+				t.Errorf("Do: fence %d, want %d", le.Fence(), last+1)
 			}
 			return nil
 		})
@@ -81,7 +82,7 @@ func TestFencer(t *testing.T) {
 		if f.calls != 1 {
 			t.Fatalf("fencer called %d times, want 1 (no retry)", f.calls)
 		}
-		if ev := rec.snapshot().acquires; len(ev) != 1 || ev[0].Result != quorum.ResultError || ev[0].Attempts != 1 {
+		if ev := rec.snapshot().acquires; len(ev) != 1 || ev[0].Result != lease.ResultError || ev[0].Attempts != 1 {
 			t.Fatalf("acquire events %+v", ev)
 		}
 		eventually(t, 2*time.Second, "the won nodes are released", func() bool { return r.count(t, k, "") == 5 })
@@ -98,7 +99,7 @@ func TestFencer(t *testing.T) {
 		// On a loaded machine a vote may not be won within the short node
 		// timeout (the fencer is then not called): try again, on released
 		// nodes, until one is. Every attempt fails with
-		// ErrQuorumUnavailable, a lost vote (the key is free, so no node
+		// lease.ErrQuorumUnavailable, a lost vote (the key is free, so no node
 		// refuses it) as well as a late fence.
 		var err error
 		for try := 1; f.calls == 0; try++ {
@@ -106,7 +107,7 @@ func TestFencer(t *testing.T) {
 				t.Fatalf("fencer called %d times, want 1: no vote was won in %d attempts, so the late fence was not tested", f.calls, try-1)
 			}
 			_, err = l.TryLock(ctxT(t, 30*time.Second), k)
-			if !errors.Is(err, quorum.ErrQuorumUnavailable) {
+			if !errors.Is(err, lease.ErrQuorumUnavailable) {
 				t.Fatalf("attempt %d: got %v, want ErrQuorumUnavailable", try, err)
 			}
 			eventually(t, 2*time.Second, "the nodes are released", func() bool { return r.count(t, k, "") == 5 })
@@ -126,11 +127,11 @@ func TestObserver(t *testing.T) {
 	k := key(t)
 
 	heal := r.partition(t, 4)
-	lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+	le, err := l.Lock(ctxT(t, 5*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Extend(ctxT(t, 5*time.Second), slow(2*time.Second)); err != nil {
+	if err := le.Extend(ctxT(t, 5*time.Second), slow(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// Heal only once node 4's requests have failed: the partition holds
@@ -139,20 +140,20 @@ func TestObserver(t *testing.T) {
 	eventually(t, 10*time.Second, "node 4's acquire and extend requests fail", func() bool {
 		var acq, ext bool
 		for _, e := range rec.snapshot().nodeErrs {
-			acq = acq || (e.Node == 4 && e.Op == quorum.OpAcquire)
-			ext = ext || (e.Node == 4 && e.Op == quorum.OpExtend)
+			acq = acq || (e.Node == 4 && e.Op == quorum.OpAcquire.String())
+			ext = ext || (e.Node == 4 && e.Op == quorum.OpExtend.String())
 		}
 		return acq && ext
 	})
 	heal()
-	waitClosed(t, lease.Lost(), 5*time.Second, "the lease expires")
+	waitClosed(t, le.Lost(), 5*time.Second, "the lease expires")
 	r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
-	_ = lease.Unlock(ctxT(t, 5*time.Second))
+	_ = le.Unlock(ctxT(t, 5*time.Second))
 	// The release event comes when every node has answered.
 	eventually(t, 10*time.Second, "the release event", func() bool { return len(rec.snapshot().releases) == 1 })
 
 	s := rec.snapshot()
-	if len(s.acquires) != 1 || s.acquires[0].Result != quorum.ResultAcquired || s.acquires[0].Attempts != 1 || s.acquires[0].Key != k {
+	if len(s.acquires) != 1 || s.acquires[0].Result != lease.ResultAcquired || s.acquires[0].Attempts != 1 || s.acquires[0].Key != k {
 		t.Fatalf("acquire events %+v", s.acquires)
 	}
 	var acqErr, extErr bool
@@ -160,8 +161,8 @@ func TestObserver(t *testing.T) {
 		if e.Node != 4 || e.Addr != r.nodes[4].Addr() || e.Err == nil || e.Key != k {
 			t.Fatalf("node error event %+v, want node 4 only", e)
 		}
-		acqErr = acqErr || e.Op == quorum.OpAcquire
-		extErr = extErr || e.Op == quorum.OpExtend
+		acqErr = acqErr || e.Op == quorum.OpAcquire.String()
+		extErr = extErr || e.Op == quorum.OpExtend.String()
 	}
 	if !acqErr || !extErr {
 		t.Fatalf("node error events %+v: want node 4 in acquire and extend", s.nodeErrs)
@@ -169,7 +170,7 @@ func TestObserver(t *testing.T) {
 	if len(s.extends) != 1 || s.extends[0].Err != nil || s.extends[0].Confirmed < 3 || s.extends[0].Confirmed > 4 {
 		t.Fatalf("extend events %+v", s.extends)
 	}
-	if len(s.lost) != 1 || s.lost[0].Reason != quorum.LostExpired || s.lost[0].Held <= 0 {
+	if len(s.lost) != 1 || s.lost[0].Reason != lease.LostExpired || s.lost[0].Held <= 0 {
 		t.Fatalf("lost events %+v", s.lost)
 	}
 	if len(s.releases) != 1 || s.releases[0].NotOwner != 5 || s.releases[0].Released != 0 || s.releases[0].Failed != 0 {

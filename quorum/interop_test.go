@@ -11,7 +11,7 @@ import (
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Behaviour 10: keys are used verbatim with the plain token as value, so
@@ -37,7 +37,7 @@ func TestRedsyncInterop(t *testing.T) {
 			t.Fatalf("redsync holds %d nodes", got)
 		}
 		_, err := l.TryLock(ctxT(t, 5*time.Second), k)
-		if !errors.Is(err, quorum.ErrNotAcquired) {
+		if !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("TryLock while redsync holds the key: %v", err)
 		}
 		if got := r.count(t, k, m.Value()); got < 3 {
@@ -46,11 +46,11 @@ func TestRedsyncInterop(t *testing.T) {
 		if ok, err := m.UnlockContext(ctxT(t, 5*time.Second)); !ok || err != nil {
 			t.Fatalf("redsync unlock: %v %v", ok, err)
 		}
-		lease, err := l.TryLock(ctxT(t, 5*time.Second), k)
+		le, err := l.TryLock(ctxT(t, 5*time.Second), k)
 		if err != nil {
 			t.Fatalf("TryLock after redsync released: %v", err)
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -59,7 +59,7 @@ func TestRedsyncInterop(t *testing.T) {
 		k := key(t)
 		// Our lease is on every node and outlasts the checks below on a
 		// loaded machine.
-		lease := r.hold(t, k)
+		le := r.hold(t, k)
 		m := rs.NewMutex(k, redsync.WithExpiry(5*time.Minute), redsync.WithTries(1))
 		if err := m.LockContext(ctxT(t, time.Minute)); err == nil {
 			t.Fatal("redsync acquired a key we hold")
@@ -68,10 +68,10 @@ func TestRedsyncInterop(t *testing.T) {
 		if ok, _ := rs.NewMutex(k, redsync.WithValue("not-our-token")).UnlockContext(ctxT(t, 5*time.Second)); ok {
 			t.Fatal("redsync released our lease with another value")
 		}
-		if got := r.count(t, k, lease.Token()); got != 5 {
+		if got := r.count(t, k, le.Token()); got != 5 {
 			t.Fatalf("values %q: our token is not on every node", r.values(t, k))
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.LockContext(ctxT(t, time.Minute)); err != nil {
@@ -131,14 +131,14 @@ func TestRedsyncInterop(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil && more(0) {
-				lease, err := l.TryLock(ctx, k)
+				le, err := l.TryLock(ctx, k)
 				if err != nil {
 					continue
 				}
 				enter(0)
 				time.Sleep(2 * time.Millisecond)
 				leave()
-				_ = lease.Unlock(context.WithoutCancel(ctx))
+				_ = le.Unlock(context.WithoutCancel(ctx))
 			}
 		}()
 		go func() {

@@ -2,15 +2,17 @@ package quorum
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
+
+var _ lease.Lease = (*Lease)(nil)
 
 // Lease is a held lock: the right to act on its keys until Until, provided
 // the timing assumptions hold. Do keeps one alive. Safe for concurrent use.
@@ -81,26 +83,18 @@ func (le *Lease) Until() time.Time {
 func (le *Lease) Lost() <-chan struct{} { return le.lost }
 
 // Err returns nil while the lease is held, then an error matching
-// ErrLeaseLost when it was lost, or ErrReleased when Unlock released it.
+// lease.ErrLeaseLost when it was lost, or lease.ErrReleased when Unlock released it.
 func (le *Lease) Err() error {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	if le.ended && le.err == nil {
-		le.err = fmt.Errorf("quorum: %q: %w", le.name, ErrReleased)
+		le.err = fmt.Errorf("quorum: %q: %w", le.name, lease.ErrReleased)
 	}
 	return le.err
 }
 
-// TokenDigest returns the first 8 hex digits of a token's SHA-256: it names a
-// lease in logs and tools (quorumctl) without revealing the token, which lets
-// its reader release or extend the lease. It tells apart one key's few leases.
-func TokenDigest(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:4])
-}
-
-// TokenDigest returns TokenDigest of the lease's token: safe to log.
-func (le *Lease) TokenDigest() string { return TokenDigest(le.token) }
+// TokenDigest returns lease.TokenDigest of the lease's token: safe to log.
+func (le *Lease) TokenDigest() string { return lease.TokenDigest(le.token) }
 
 // LogValue makes a lease safe to pass to log/slog: it logs as a group of
 // its key, token digest, fence and the validity left, never the token.
@@ -124,10 +118,10 @@ func (le *Lease) String() string {
 // end ends a held lease, lost with err for reason or (reason 0) released. It
 // reports a loss before closing Lost, for whoever wakes on it, and returns false
 // if the lease had ended or, for an expiry, an extension moved Until meanwhile.
-func (le *Lease) end(err error, reason LostReason) bool {
+func (le *Lease) end(err error, reason lease.LostReason) bool {
 	le.mu.Lock()
 	held := !le.ended
-	if d := time.Until(le.until); held && reason == LostExpired && d > 0 {
+	if d := time.Until(le.until); held && reason == lease.LostExpired && d > 0 {
 		le.timer.Reset(d)
 		held = false
 	} else if held {
@@ -139,7 +133,7 @@ func (le *Lease) end(err error, reason LostReason) bool {
 	le.mu.Unlock()
 	if held {
 		if reason != 0 {
-			le.l.cfg.observer.ObserveLost(LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
+			le.l.cfg.observer.ObserveLost(lease.LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
 		}
 		close(le.lost)
 	}
@@ -148,22 +142,22 @@ func (le *Lease) end(err error, reason LostReason) bool {
 
 // expire runs when the validity timer fires.
 func (le *Lease) expire() {
-	le.end(fmt.Errorf("quorum: %q: %w: validity ran out", le.name, ErrLeaseLost), LostExpired)
+	le.end(fmt.Errorf("quorum: %q: %w: validity ran out", le.name, lease.ErrLeaseLost), lease.LostExpired)
 }
 
 // Extend sets the keys' TTL to ttl (which obeys WithTTL's rule) on every node
 // that still holds the token on every key (compare-and-pexpire, all or nothing
-// per node); on an ended lease it fails with ErrLeaseLost. It succeeds when a
+// per node); on an ended lease it fails with lease.ErrLeaseLost. It succeeds when a
 // majority confirms before the validity ends; Until then becomes the
 // extension's start plus ttl minus the drift allowance, never in the past.
 // Otherwise Until only ever moves earlier:
 //   - When a majority answered that the token is gone, or the validity ran
 //     out, the lease is lost: Lost is closed and the error matches
-//     ErrLeaseLost (a *QuorumError listing the nodes).
+//     lease.ErrLeaseLost (a *QuorumError listing the nodes).
 //   - When the outcome is unclear (nodes timed out or failed, or ctx
 //     ended), the new TTL may or may not apply: Until becomes the earlier
 //     of its value and what the new TTL gives, and the error matches
-//     ErrExtendUnconfirmed (and ctx.Err()). The lease stays held until
+//     lease.ErrExtendUnconfirmed (and ctx.Err()). The lease stays held until
 //     then, so Extend may be tried again.
 func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l := le.l
@@ -187,12 +181,12 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.send(ctx, request{op: OpExtend, key: le.name, keys: le.keys, fast: le.fast,
 		args: scripts[OpExtend].evalsha(le.boxed, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
 	t := l.collect(c, stopDecided, newTally(len(l.nodes)))
-	ev := ExtendEvent{Key: le.name, Duration: time.Since(start), Confirmed: t.ok}
+	ev := lease.ExtendEvent{Key: le.name, Duration: time.Since(start), Confirmed: t.ok}
 	return le.settleExtend(ctx, t, until, l.cfg.leaseEnd(start, ttl), ev)
 }
 
 // settleExtend applies an extension's vote to the lease and the Observer.
-func (le *Lease) settleExtend(ctx context.Context, t tally, until, end time.Time, ev ExtendEvent) error {
+func (le *Lease) settleExtend(ctx context.Context, t tally, until, end time.Time, ev lease.ExtendEvent) error {
 	l := le.l
 	now := time.Now()
 	won := t.verdict() == won
@@ -214,16 +208,16 @@ func (le *Lease) settleExtend(ctx context.Context, t tally, until, end time.Time
 		if !le.moveUntil(earlier(until, end), true) {
 			return le.endedError()
 		}
-		ev.Err = l.quorumError(OpExtend, le.name, t, "", ErrExtendUnconfirmed)
+		ev.Err = l.quorumError(OpExtend, le.name, t, "", lease.ErrExtendUnconfirmed)
 		if cerr := ctxErr(ctx); cerr != nil {
 			ev.Err = fmt.Errorf("quorum: extend %q: %w: %w", le.name, cerr, ev.Err)
 		}
 	}
 	if reason != "" {
-		ev.Err = l.quorumError(OpExtend, le.name, t, reason, ErrLeaseLost)
+		ev.Err = l.quorumError(OpExtend, le.name, t, reason, lease.ErrLeaseLost)
 	}
 	l.cfg.observer.ObserveExtend(ev)
-	if reason != "" && !le.end(ev.Err, LostExtendFailed) {
+	if reason != "" && !le.end(ev.Err, lease.LostExtendFailed) {
 		return le.endedError()
 	}
 	return ev.Err
@@ -253,11 +247,11 @@ func earlier(a, b time.Time) time.Time {
 	return a
 }
 
-// endedError is Extend's error on an ended lease: ErrLeaseLost, and
-// ErrReleased too when Unlock ended it.
+// endedError is Extend's error on an ended lease: lease.ErrLeaseLost, and
+// lease.ErrReleased too when Unlock ended it.
 func (le *Lease) endedError() error {
-	if err := le.Err(); !errors.Is(err, ErrReleased) {
+	if err := le.Err(); !errors.Is(err, lease.ErrReleased) {
 		return fmt.Errorf("quorum: extend %q: %w", le.name, err)
 	}
-	return fmt.Errorf("quorum: extend %q: %w: %w", le.name, ErrLeaseLost, ErrReleased)
+	return fmt.Errorf("quorum: extend %q: %w: %w", le.name, lease.ErrLeaseLost, lease.ErrReleased)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -24,25 +25,25 @@ func TestAcquire(t *testing.T) {
 		l := r.locker(t, quorum.WithTTL(ttl), quorum.WithNodeTimeout(slow(10*time.Second)))
 		k := key(t)
 		before := time.Now()
-		lease, err := l.Lock(ctxT(t, slow(time.Minute)), k)
+		le, err := l.Lock(ctxT(t, slow(time.Minute)), k)
 		after := time.Now()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lease.Key() != k {
-			t.Fatalf("Key() = %q", lease.Key())
+		if le.Key() != k {
+			t.Fatalf("Key() = %q", le.Key())
 		}
-		if lease.Fence() != 0 {
-			t.Fatalf("Fence() = %d without a Fencer", lease.Fence())
+		if le.Fence() != 0 {
+			t.Fatalf("Fence() = %d without a Fencer", le.Fence())
 		}
-		eventually(t, 15*time.Second, "every node holds the token", func() bool { return r.count(t, k, lease.Token()) == 5 })
+		eventually(t, 15*time.Second, "every node holds the token", func() bool { return r.count(t, k, le.Token()) == 5 })
 		// Validity: TTL - elapsed - (TTL*0.01 + 2ms), measured from before the first request.
 		maxUntil := after.Add(ttl - allowance)
 		minUntil := before.Add(ttl - allowance - after.Sub(before))
-		if u := lease.Until(); u.After(maxUntil) || u.Before(minUntil) {
+		if u := le.Until(); u.After(maxUntil) || u.Before(minUntil) {
 			t.Fatalf("Until %v outside [%v, %v]", u.Sub(before), minUntil.Sub(before), maxUntil.Sub(before))
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		// Unlock returns at the majority; the rest follow in the background.
@@ -54,11 +55,11 @@ func TestAcquire(t *testing.T) {
 		k := key(t)
 		seen := map[string]bool{}
 		for range 30 {
-			lease, err := l.TryLock(ctxT(t, 5*time.Second), k)
+			le, err := l.TryLock(ctxT(t, 5*time.Second), k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tok := lease.Token()
+			tok := le.Token()
 			// base32 text: 5 bits a character, so 26 characters carry 130 bits.
 			if len(tok) < 26 || strings.Trim(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != "" {
 				t.Fatalf("token %q: want at least 26 base32 characters", tok)
@@ -70,7 +71,7 @@ func TestAcquire(t *testing.T) {
 			if got := r.count(t, k, tok); got < 3 {
 				t.Fatalf("token is the value on only %d nodes", got)
 			}
-			if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+			if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -85,15 +86,15 @@ func TestAcquire(t *testing.T) {
 		l := r.locker(t, quorum.WithTTL(10*time.Minute), quorum.WithNodeTimeout(2*time.Minute))
 		k := key(t)
 		resume := r.pause(t, 3, 4)
-		lease, err := l.Lock(ctxT(t, 5*time.Minute), k)
+		le, err := l.Lock(ctxT(t, 5*time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resume()
 		// The late SETs land after the vote; they hold our token and
 		// stay part of the lease.
-		eventually(t, 5*time.Second, "the resumed nodes answer", func() bool { return r.count(t, k, lease.Token()) == 5 })
-		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+		eventually(t, 5*time.Second, "the resumed nodes answer", func() bool { return r.count(t, k, le.Token()) == 5 })
+		if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		// Unlock returns at the majority; the rest follow in the background.
@@ -110,7 +111,7 @@ func TestAcquire(t *testing.T) {
 		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2)
 		resume := r.pause(t, 4)
 		_, err := l.TryLock(ctxT(t, 5*time.Minute), k)
-		if !errors.Is(err, quorum.ErrNotAcquired) {
+		if !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("got %v, want ErrNotAcquired while node 4 is paused", err)
 		}
 		// Node 3 granted the key; it is released without waiting for node 4.
@@ -129,16 +130,16 @@ func TestAcquire(t *testing.T) {
 		k := key(t)
 		heal := r.partition(t, 3, 4)
 		defer heal()
-		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		le, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := r.count(t, k, lease.Token()); got != 3 {
+		if got := r.count(t, k, le.Token()); got != 3 {
 			t.Fatalf("token on %d nodes, want 3", got)
 		}
 		// A majority confirms the release: Unlock returns without waiting
 		// for the cut-off nodes, whose requests end in the background.
-		if err := lease.Unlock(ctxT(t, 2*time.Minute)); err != nil {
+		if err := le.Unlock(ctxT(t, 2*time.Minute)); err != nil {
 			t.Fatalf("unlock with a majority reachable: %v", err)
 		}
 		if got := r.count(t, k, ""); got != 5 {
@@ -149,14 +150,14 @@ func TestAcquire(t *testing.T) {
 	t.Run("UnreachableMajorityIsUnconfirmed", func(t *testing.T) {
 		l := r.locker(t, quorum.WithTTL(5*time.Minute))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		le, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		heal := r.partition(t, 2, 3, 4)
-		err = lease.Unlock(ctxT(t, 2*time.Minute))
+		err = le.Unlock(ctxT(t, 2*time.Minute))
 		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrUnlockUnconfirmed) || !errors.As(err, &qe) {
+		if !errors.Is(err, lease.ErrUnlockUnconfirmed) || !errors.As(err, &qe) {
 			heal()
 			t.Fatalf("got %v, want a *QuorumError matching ErrUnlockUnconfirmed", err)
 		}
@@ -172,7 +173,7 @@ func TestAcquire(t *testing.T) {
 		}
 		heal()
 		// Retrying is safe and only needs the unconfirmed nodes.
-		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+		if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		// It returned at a majority; the last node follows in the
@@ -186,7 +187,7 @@ func TestAcquire(t *testing.T) {
 	})
 }
 
-// Behaviour 9: ErrNotAcquired and ErrQuorumUnavailable, with per-node errors.
+// Behaviour 9: lease.ErrNotAcquired and lease.ErrQuorumUnavailable, with per-node errors.
 func TestErrors(t *testing.T) {
 	r := newRig(t)
 
@@ -196,10 +197,10 @@ func TestErrors(t *testing.T) {
 		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 2, 4)
 		_, err := l.TryLock(ctxT(t, 10*time.Second), k)
 		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrNotAcquired) || !errors.As(err, &qe) {
+		if !errors.Is(err, lease.ErrNotAcquired) || !errors.As(err, &qe) {
 			t.Fatalf("got %v, want a *QuorumError matching ErrNotAcquired", err)
 		}
-		if errors.Is(err, quorum.ErrQuorumUnavailable) || qe.Held < 3 || len(qe.Nodes) != 0 {
+		if errors.Is(err, lease.ErrQuorumUnavailable) || qe.Held < 3 || len(qe.Nodes) != 0 {
 			t.Fatalf("contention misreported: %+v", qe)
 		}
 		want := []string{"other-owner", "", "other-owner", "", "other-owner"}
@@ -212,10 +213,10 @@ func TestErrors(t *testing.T) {
 		r.partition(t, 2, 3, 4)
 		_, err := l.TryLock(ctxT(t, 10*time.Second), k)
 		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) {
+		if !errors.Is(err, lease.ErrQuorumUnavailable) || !errors.As(err, &qe) {
 			t.Fatalf("got %v, want a *QuorumError matching ErrQuorumUnavailable", err)
 		}
-		if errors.Is(err, quorum.ErrNotAcquired) {
+		if errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("unavailability reported as contention: %v", err)
 		}
 		// A node timeout is not the caller's deadline.
@@ -240,7 +241,7 @@ func TestErrors(t *testing.T) {
 		l2 := r.locker(t, quorum.WithNodeTimeout(slow(300*time.Millisecond)), quorum.WithMaxWait(0),
 			quorum.WithRetry(quorum.Retry{Attempts: 3, BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond}))
 		_, err = l2.Lock(ctxT(t, 2*time.Minute), k)
-		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) || !strings.Contains(err.Error(), "gave up after") {
+		if !errors.Is(err, lease.ErrQuorumUnavailable) || !errors.As(err, &qe) || !strings.Contains(err.Error(), "gave up after") {
 			t.Fatalf("Lock: got %v", err)
 		}
 	})
@@ -252,7 +253,7 @@ func TestErrors(t *testing.T) {
 		// The context allows a minute: only the node timeout can end this.
 		_, err := l.TryLock(ctxT(t, time.Minute), k)
 		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) {
+		if !errors.Is(err, lease.ErrQuorumUnavailable) || !errors.As(err, &qe) {
 			t.Fatalf("got %v, want ErrQuorumUnavailable", err)
 		}
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, quorum.ErrNodeTimeout) {
@@ -276,7 +277,7 @@ func TestContendedTryLockIsAlwaysNotAcquired(t *testing.T) {
 	held := r.hold(t, k)
 	ctx := ctxT(t, 2*time.Minute)
 	for i := range 1500 {
-		if _, err := l.TryLock(ctx, k); !errors.Is(err, quorum.ErrNotAcquired) {
+		if _, err := l.TryLock(ctx, k); !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("attempt %d: got %v, want ErrNotAcquired", i, err)
 		}
 	}
@@ -329,7 +330,7 @@ func TestFailureAndRetry(t *testing.T) {
 				released <- errors.New("no attempt of the waiter was refused")
 			}
 		}()
-		lease, err := l.Lock(ctxT(t, 2*time.Minute), k)
+		le, err := l.Lock(ctxT(t, 2*time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,10 +338,10 @@ func TestFailureAndRetry(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev := rec.snapshot().acquires
-		if len(ev) != 1 || ev[0].Result != quorum.ResultAcquired || ev[0].Attempts < 2 || ev[0].Duration <= 0 {
+		if len(ev) != 1 || ev[0].Result != lease.ResultAcquired || ev[0].Attempts < 2 || ev[0].Duration <= 0 {
 			t.Fatalf("acquire events %+v, want one success after several attempts", ev)
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -354,11 +355,11 @@ func TestFailureAndRetry(t *testing.T) {
 		// checks after it.
 		held := r.hold(t, k)
 		_, err := l.Lock(ctxT(t, 30*time.Second), k)
-		if !errors.Is(err, quorum.ErrNotAcquired) || !strings.Contains(err.Error(), "gave up after") {
+		if !errors.Is(err, lease.ErrNotAcquired) || !strings.Contains(err.Error(), "gave up after") {
 			t.Fatalf("got %v", err)
 		}
 		ev := rec.snapshot().acquires
-		if len(ev) != 1 || ev[0].Result != quorum.ResultNotAcquired || ev[0].Attempts < 3 || ev[0].Err == nil {
+		if len(ev) != 1 || ev[0].Result != lease.ResultNotAcquired || ev[0].Attempts < 3 || ev[0].Err == nil {
 			t.Fatalf("acquire events %+v", ev)
 		}
 		// Every attempt released what it won: only the holder's token is left.
@@ -378,7 +379,7 @@ func TestFailureAndRetry(t *testing.T) {
 		k := key(t)
 		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
 		_, err := l.Lock(ctxT(t, 10*time.Second), k)
-		if !errors.Is(err, quorum.ErrNotAcquired) {
+		if !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("got %v", err)
 		}
 		if ev := rec.snapshot().acquires; len(ev) != 1 || ev[0].Attempts != 3 {
@@ -395,7 +396,7 @@ func TestFailureAndRetry(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(200*time.Millisecond, cancel)
 		_, err := l.Lock(ctx, k)
-		if !errors.Is(err, context.Canceled) || errors.Is(err, quorum.ErrNotAcquired) {
+		if !errors.Is(err, context.Canceled) || errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("got %v, want an error wrapping context.Canceled", err)
 		}
 
@@ -418,7 +419,7 @@ func TestFailureAndRetry(t *testing.T) {
 			t.Fatalf("acquire events %+v: a done context must not reach the nodes", ev)
 		}
 		for _, e := range ev {
-			if e.Result != quorum.ResultCanceled {
+			if e.Result != lease.ResultCanceled {
 				t.Fatalf("result %v, want canceled", e.Result)
 			}
 		}
@@ -436,11 +437,11 @@ func TestUnlock(t *testing.T) {
 		// loaded machine, and the key outlasts the test.
 		l := r.locker(t, quorum.WithTTL(10*time.Minute), quorum.WithNodeTimeout(2*time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Minute), k)
+		le, err := l.Lock(ctxT(t, 5*time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Minute)); err != nil {
+		if err := le.Unlock(ctxT(t, 5*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		// Unlock returned at the majority; the event comes once the last
@@ -449,13 +450,13 @@ func TestUnlock(t *testing.T) {
 		if got := r.count(t, k, ""); got != 5 {
 			t.Fatalf("key left on %d nodes", 5-got)
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatalf("second Unlock: %v", err)
 		}
-		if !errors.Is(lease.Err(), quorum.ErrReleased) {
-			t.Fatalf("Err() = %v, want ErrReleased", lease.Err())
+		if !errors.Is(le.Err(), lease.ErrReleased) {
+			t.Fatalf("Err() = %v, want ErrReleased", le.Err())
 		}
-		waitClosed(t, lease.Lost(), time.Second, "Lost is closed after Unlock")
+		waitClosed(t, le.Lost(), time.Second, "Lost is closed after Unlock")
 		if ev := rec.snapshot().releases; len(ev) != 1 || ev[0].Released != 5 || ev[0].NotOwner != 0 || ev[0].Failed != 0 {
 			t.Fatalf("release events %+v", ev)
 		}
@@ -475,7 +476,7 @@ func TestUnlock(t *testing.T) {
 		eventually(t, 5*time.Second, "the keys expire", func() bool { return r.count(t, k, "") == 5 })
 		newLease := r.hold(t, k) // token-new, on every node
 		err = oldLease.Unlock(ctxT(t, 30*time.Second))
-		if !errors.Is(err, quorum.ErrLeaseLost) {
+		if !errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("old Unlock: got %v, want ErrLeaseLost", err)
 		}
 		// Unlock returned once a majority said "not ours"; Close waits for
@@ -509,19 +510,19 @@ func TestExtend(t *testing.T) {
 		// keeps a PTTL below the one checked for.
 		l := r.locker(t, quorum.WithTTL(25*time.Second), quorum.WithNodeTimeout(8*time.Second), quorum.WithAmnesiaWindow(time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, time.Minute), k)
+		le, err := l.Lock(ctxT(t, time.Minute), k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Lock returns at a majority: let the other nodes' SETs land, so
 		// that the extension can reach the key on every node.
-		eventually(t, 10*time.Second, "the token is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
-		before, old := time.Now(), lease.Until()
-		if err := lease.Extend(ctxT(t, time.Minute), 30*time.Second); err != nil {
+		eventually(t, 10*time.Second, "the token is on every node", func() bool { return r.count(t, k, le.Token()) == 5 })
+		before, old := time.Now(), le.Until()
+		if err := le.Extend(ctxT(t, time.Minute), 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		after := time.Now()
-		u := lease.Until()
+		u := le.Until()
 		if u.Before(before.Add(30*time.Second-302*time.Millisecond-after.Sub(before))) || u.After(after.Add(30*time.Second-302*time.Millisecond)) || !u.After(old) {
 			t.Fatalf("Until after Extend is %v from now, want about 30s - 302ms", time.Until(u))
 		}
@@ -542,7 +543,7 @@ func TestExtend(t *testing.T) {
 		if ev := rec.snapshot().extends; len(ev) != 1 || ev[0].Err != nil || ev[0].Confirmed < 3 {
 			t.Fatalf("extend events %+v", ev)
 		}
-		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+		if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -550,13 +551,13 @@ func TestExtend(t *testing.T) {
 	t.Run("AfterExpiryIsLeaseLost", func(t *testing.T) {
 		l := r.locker(t, quorum.WithTTL(slow(400*time.Millisecond)), quorum.WithNodeTimeout(slow(150*time.Millisecond)))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 30*time.Second), k)
+		le, err := l.Lock(ctxT(t, 30*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitClosed(t, lease.Lost(), 5*time.Second, "the lease expires")
-		err = lease.Extend(ctxT(t, 10*time.Second), slow(400*time.Millisecond))
-		if !errors.Is(err, quorum.ErrLeaseLost) {
+		waitClosed(t, le.Lost(), 5*time.Second, "the lease expires")
+		err = le.Extend(ctxT(t, 10*time.Second), slow(400*time.Millisecond))
+		if !errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("got %v, want ErrLeaseLost", err)
 		}
 	})
@@ -564,7 +565,7 @@ func TestExtend(t *testing.T) {
 	t.Run("AfterTakeoverIsLeaseLost", func(t *testing.T) {
 		l := r.locker(t, quorum.WithTTL(slow(400*time.Millisecond)), quorum.WithNodeTimeout(slow(150*time.Millisecond)))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 30*time.Second), k)
+		le, err := l.Lock(ctxT(t, 30*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -575,8 +576,8 @@ func TestExtend(t *testing.T) {
 		// TTL and the time the checks below can take on a loaded machine.
 		const newToken = "token-new"
 		r.setOn(t, k, newToken, 10*time.Minute, 0, 1, 2, 3, 4)
-		err = lease.Extend(ctxT(t, 10*time.Second), slow(400*time.Millisecond))
-		if !errors.Is(err, quorum.ErrLeaseLost) || errors.Is(err, quorum.ErrNotAcquired) {
+		err = le.Extend(ctxT(t, 10*time.Second), slow(400*time.Millisecond))
+		if !errors.Is(err, lease.ErrLeaseLost) || errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("got %v, want ErrLeaseLost", err)
 		}
 		for i, a := range r.admin {
@@ -599,16 +600,16 @@ func TestExtend(t *testing.T) {
 		// takes to set up.
 		l := r.locker(t, quorum.WithTTL(5*time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		le, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := lease.Until()
+		before := le.Until()
 		heal := r.partition(t, 1, 2, 3)
 		start := time.Now()
-		err = lease.Extend(ctxT(t, time.Minute), 10*time.Second)
+		err = le.Extend(ctxT(t, time.Minute), 10*time.Second)
 		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrExtendUnconfirmed) || !errors.As(err, &qe) || errors.Is(err, quorum.ErrLeaseLost) {
+		if !errors.Is(err, lease.ErrExtendUnconfirmed) || !errors.As(err, &qe) || errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("got %v, want a *QuorumError matching ErrExtendUnconfirmed, not ErrLeaseLost", err)
 		}
 		if got := nodeIndexes(qe.Nodes); !slices.Equal(got, []int{1, 2, 3}) {
@@ -616,51 +617,51 @@ func TestExtend(t *testing.T) {
 		}
 		// The unreached nodes may have applied the 10s TTL: Until moved
 		// to no later than what that TTL gives, and never later.
-		if u := lease.Until(); u.After(start.Add(10*time.Second)) || u.After(before) {
+		if u := le.Until(); u.After(start.Add(10*time.Second)) || u.After(before) {
 			t.Fatalf("Until %v after an unclear 10s extension started %v (was %v)", u, start, before)
 		}
-		if lease.Err() != nil || len(rec.snapshot().lost) != 0 {
-			t.Fatalf("the lease was declared lost: %v", lease.Err())
+		if le.Err() != nil || len(rec.snapshot().lost) != 0 {
+			t.Fatalf("the lease was declared lost: %v", le.Err())
 		}
 		heal()
 		// Still held: a later extension gets through.
-		if err := lease.Extend(ctxT(t, time.Minute), 5*time.Minute); err != nil {
+		if err := le.Extend(ctxT(t, time.Minute), 5*time.Minute); err != nil {
 			t.Fatalf("Extend after the heal: %v", err)
 		}
-		_ = lease.Unlock(ctxT(t, 5*time.Second))
+		_ = le.Unlock(ctxT(t, 5*time.Second))
 	})
 
 	t.Run("MajorityWithoutTheTokenLosesTheLease", func(t *testing.T) {
 		rec := &recorder{}
 		l := r.locker(t, quorum.WithTTL(5*time.Minute), quorum.WithObserver(rec))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+		le, err := l.Lock(ctxT(t, 10*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Minute, "the token is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+		eventually(t, time.Minute, "the token is on every node", func() bool { return r.count(t, k, le.Token()) == 5 })
 		// Three nodes forgot the key (a restart, an eviction).
 		for _, i := range []int{0, 2, 4} {
 			if err := r.admin[i].Del(ctxT(t, 10*time.Second), k).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
-		err = lease.Extend(ctxT(t, time.Minute), 10*time.Second)
+		err = le.Extend(ctxT(t, time.Minute), 10*time.Second)
 		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrLeaseLost) || !errors.As(err, &qe) || qe.Held != 3 {
+		if !errors.Is(err, lease.ErrLeaseLost) || !errors.As(err, &qe) || qe.Held != 3 {
 			t.Fatalf("got %v, want a *QuorumError matching ErrLeaseLost with 3 nodes without the token", err)
 		}
-		waitClosed(t, lease.Lost(), time.Second, "Lost is closed after a failed extension")
-		if !errors.Is(lease.Err(), quorum.ErrLeaseLost) {
-			t.Fatalf("Err() = %v", lease.Err())
+		waitClosed(t, le.Lost(), time.Second, "Lost is closed after a failed extension")
+		if !errors.Is(le.Err(), lease.ErrLeaseLost) {
+			t.Fatalf("Err() = %v", le.Err())
 		}
-		if ev := rec.snapshot().lost; len(ev) != 1 || ev[0].Reason != quorum.LostExtendFailed {
+		if ev := rec.snapshot().lost; len(ev) != 1 || ev[0].Reason != lease.LostExtendFailed {
 			t.Fatalf("lost events %+v", ev)
 		}
-		if err := lease.Extend(ctxT(t, 5*time.Second), 10*time.Second); !errors.Is(err, quorum.ErrLeaseLost) {
+		if err := le.Extend(ctxT(t, 5*time.Second), 10*time.Second); !errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("Extend on a lost lease: %v", err)
 		}
-		_ = lease.Unlock(ctxT(t, 5*time.Second))
+		_ = le.Unlock(ctxT(t, 5*time.Second))
 	})
 
 	t.Run("MinorityUnreachableStillExtends", func(t *testing.T) {
@@ -670,13 +671,13 @@ func TestExtend(t *testing.T) {
 		// extension) and, after the Extend, the keys outlive setting up
 		// and healing the partition on a loaded machine.
 		k := key(t)
-		lease := r.hold(t, k)
+		le := r.hold(t, k)
 		heal := r.partition(t, 0, 4)
-		if err := lease.Extend(ctxT(t, time.Minute), 5*time.Minute); err != nil {
+		if err := le.Extend(ctxT(t, time.Minute), 5*time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		heal()
-		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+		if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -686,23 +687,23 @@ func TestExtend(t *testing.T) {
 		// all five nodes within it.
 		l := r.locker(t, quorum.WithTTL(slow(5*time.Second)), quorum.WithAmnesiaWindow(slow(5*time.Second)))
 		k := key(t)
-		lease, err := l.Lock(ctxT(t, 5*time.Second), k)
+		le, err := l.Lock(ctxT(t, 5*time.Second), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		until := lease.Until()
+		until := le.Until()
 		for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond, slow(6 * time.Second)} {
-			if err := lease.Extend(ctxT(t, 5*time.Second), ttl); err == nil || errors.Is(err, quorum.ErrLeaseLost) {
+			if err := le.Extend(ctxT(t, 5*time.Second), ttl); err == nil || errors.Is(err, lease.ErrLeaseLost) {
 				t.Fatalf("Extend(%v): got %v, want a validation error", ttl, err)
 			}
 		}
-		if lease.Err() != nil || !lease.Until().Equal(until) {
-			t.Fatalf("a rejected Extend changed the lease: %v, %v", lease.Err(), lease.Until())
+		if le.Err() != nil || !le.Until().Equal(until) {
+			t.Fatalf("a rejected Extend changed the lease: %v, %v", le.Err(), le.Until())
 		}
-		if err := lease.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		if err := le.Unlock(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if err := lease.Extend(ctxT(t, 5*time.Second), slow(5*time.Second)); !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, quorum.ErrReleased) {
+		if err := le.Extend(ctxT(t, 5*time.Second), slow(5*time.Second)); !errors.Is(err, lease.ErrLeaseLost) || !errors.Is(err, lease.ErrReleased) {
 			t.Fatalf("Extend after Unlock: %v", err)
 		}
 	})
@@ -715,21 +716,21 @@ func TestLostAndDo(t *testing.T) {
 	t.Run("LostClosesWhenValidityRunsOut", func(t *testing.T) {
 		rec := &recorder{}
 		l := r.locker(t, quorum.WithTTL(slow(300*time.Millisecond)), quorum.WithNodeTimeout(slow(100*time.Millisecond)), quorum.WithObserver(rec))
-		lease, err := l.Lock(ctxT(t, 30*time.Second), key(t))
+		le, err := l.Lock(ctxT(t, 30*time.Second), key(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lease.Err() != nil && time.Now().Before(lease.Until()) {
-			t.Fatalf("Err() = %v while held", lease.Err())
+		if le.Err() != nil && time.Now().Before(le.Until()) {
+			t.Fatalf("Err() = %v while held", le.Err())
 		}
-		waitClosed(t, lease.Lost(), 3*time.Second, "Lost is closed at Until")
-		if !time.Now().After(lease.Until()) {
+		waitClosed(t, le.Lost(), 3*time.Second, "Lost is closed at Until")
+		if !time.Now().After(le.Until()) {
 			t.Fatal("Lost closed before Until")
 		}
-		if !errors.Is(lease.Err(), quorum.ErrLeaseLost) {
-			t.Fatalf("Err() = %v", lease.Err())
+		if !errors.Is(le.Err(), lease.ErrLeaseLost) {
+			t.Fatalf("Err() = %v", le.Err())
 		}
-		if ev := rec.snapshot().lost; len(ev) != 1 || ev[0].Reason != quorum.LostExpired {
+		if ev := rec.snapshot().lost; len(ev) != 1 || ev[0].Reason != lease.LostExpired {
 			t.Fatalf("lost events %+v", ev)
 		}
 	})
@@ -746,7 +747,7 @@ func TestLostAndDo(t *testing.T) {
 		l := r.locker(t, append(opts, quorum.WithObserver(rec))...)
 		rival := r.locker(t, opts...)
 		k := key(t)
-		err := l.Do(ctxT(t, slow(30*time.Second)), k, func(ctx context.Context, lease *quorum.Lease) error {
+		err := l.Do(ctxT(t, slow(30*time.Second)), k, func(ctx context.Context, le lease.Lease) error {
 			for end := time.Now().Add(2 * ttl); time.Now().Before(end); { // two TTLs
 				select {
 				case <-ctx.Done():
@@ -754,9 +755,9 @@ func TestLostAndDo(t *testing.T) {
 				case <-time.After(ttl / 6):
 				}
 				// The rival never gets the lease: no majority of the five
-				// nodes grants it. A majority refuses it (ErrNotAcquired),
+				// nodes grants it. A majority refuses it (lease.ErrNotAcquired),
 				// or, when nodes fail to answer in time, a majority is out
-				// of its reach (ErrQuorumUnavailable).
+				// of its reach (lease.ErrQuorumUnavailable).
 				rl, err := rival.TryLock(ctx, k)
 				var qe *quorum.QuorumError
 				switch {
@@ -764,12 +765,12 @@ func TestLostAndDo(t *testing.T) {
 					t.Errorf("the rival acquired the lock during Do (token %s)", rl.Token())
 					_ = rl.Unlock(context.WithoutCancel(ctx))
 				case errors.As(err, &qe) && qe.Confirmed < 3 &&
-					(errors.Is(err, quorum.ErrNotAcquired) || errors.Is(err, quorum.ErrQuorumUnavailable)):
+					(errors.Is(err, lease.ErrNotAcquired) || errors.Is(err, lease.ErrQuorumUnavailable)):
 				default:
 					t.Errorf("rival TryLock during Do: %v", err)
 				}
-				if lease.Err() != nil {
-					return lease.Err()
+				if le.Err() != nil {
+					return le.Err()
 				}
 			}
 			// A refused TryLock leaves a goroutine that waits for the
@@ -799,8 +800,8 @@ func TestLostAndDo(t *testing.T) {
 		l := r.locker(t)
 		k := key(t)
 		boom := errors.New("boom")
-		err := l.Do(ctxT(t, 5*time.Second), k, func(ctx context.Context, lease *quorum.Lease) error { return boom })
-		if !errors.Is(err, boom) || errors.Is(err, quorum.ErrLeaseLost) {
+		err := l.Do(ctxT(t, 5*time.Second), k, func(ctx context.Context, le lease.Lease) error { return boom })
+		if !errors.Is(err, boom) || errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("got %v, want boom alone", err)
 		}
 		noQuorumGoroutines(t, 50*time.Millisecond)
@@ -814,8 +815,8 @@ func TestLostAndDo(t *testing.T) {
 		k := key(t)
 		r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1, 2, 3, 4)
 		ran := false
-		err := l.Do(ctxT(t, 5*time.Second), k, func(context.Context, *quorum.Lease) error { ran = true; return nil })
-		if ran || !errors.Is(err, quorum.ErrNotAcquired) {
+		err := l.Do(ctxT(t, 5*time.Second), k, func(context.Context, lease.Lease) error { ran = true; return nil })
+		if ran || !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("ran=%v err=%v", ran, err)
 		}
 		noQuorumGoroutines(t, 50*time.Millisecond)
@@ -827,23 +828,23 @@ func TestLostAndDo(t *testing.T) {
 		k := key(t)
 		var cause error
 		var early bool
-		err := l.Do(ctxT(t, 10*time.Second), k, func(ctx context.Context, lease *quorum.Lease) error {
+		err := l.Do(ctxT(t, 10*time.Second), k, func(ctx context.Context, le lease.Lease) error {
 			r.partition(t, 0, 2, 4)
 			select {
 			case <-ctx.Done():
 				// The watchdog cannot extend: fn is stopped while the
 				// lease is still valid (the safety margin), not after.
-				early = time.Now().Before(lease.Until())
+				early = time.Now().Before(le.Until())
 				cause = context.Cause(ctx)
 				return ctx.Err()
 			case <-time.After(slow(5 * time.Second)):
 				return errors.New("fn's context was not cancelled")
 			}
 		})
-		if !errors.Is(cause, quorum.ErrLeaseLost) {
+		if !errors.Is(cause, lease.ErrLeaseLost) {
 			t.Fatalf("cause %v, want ErrLeaseLost", cause)
 		}
-		if !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, lease.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("Do: %v, want fn's error joined with ErrLeaseLost", err)
 		}
 		if !early {
@@ -861,7 +862,7 @@ func TestLostAndDo(t *testing.T) {
 					t.Fatalf("recovered %v", p)
 				}
 			}()
-			_ = l.Do(ctxT(t, 5*time.Second), k, func(context.Context, *quorum.Lease) error { panic("fn panicked") })
+			_ = l.Do(ctxT(t, 5*time.Second), k, func(context.Context, lease.Lease) error { panic("fn panicked") })
 		}()
 		noQuorumGoroutines(t, 50*time.Millisecond)
 		if got := r.count(t, k, ""); got != 5 {
@@ -874,12 +875,12 @@ func TestLostAndDo(t *testing.T) {
 		k := key(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		err := l.Do(ctx, k, func(ctx context.Context, lease *quorum.Lease) error {
+		err := l.Do(ctx, k, func(ctx context.Context, le lease.Lease) error {
 			cancel()
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		if !errors.Is(err, context.Canceled) || errors.Is(err, quorum.ErrLeaseLost) {
+		if !errors.Is(err, context.Canceled) || errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("got %v", err)
 		}
 		noQuorumGoroutines(t, 50*time.Millisecond)

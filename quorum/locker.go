@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 var (
@@ -57,6 +59,8 @@ func infoField(info, field string) string {
 	}
 	return ""
 }
+
+var _ lease.Locker = (*Locker)(nil)
 
 // Locker acquires leases on keys by majority vote over independent Redis
 // masters (Redlock). It is safe for concurrent use. Close it when done: it runs
@@ -187,7 +191,7 @@ func ownClient(c *redis.Client) *redis.Client {
 
 // Close waits for every node request sent, background releases included
 // (each ends within about two node timeouts), and closes the clients New
-// opened. Lock, TryLock and Do fail with ErrClosed afterwards, and Extend
+// opened. Lock, TryLock and Do fail with lease.ErrClosed afterwards, and Extend
 // and Unlock reach no node. Close is idempotent and safe for concurrent use.
 func (l *Locker) Close() error {
 	l.mu.Lock()

@@ -3,6 +3,8 @@ package quorum
 import (
 	"fmt"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // clockMargin, the fixed part of the drift allowance, covers PX's 1ms granularity.
@@ -52,13 +54,13 @@ func (t tally) verdict() verdict {
 	return undecided
 }
 
-// cause classifies a lost vote: ErrNotAcquired when a majority said "held" or
-// no node failed (a split vote), else ErrQuorumUnavailable.
+// cause classifies a lost vote: lease.ErrNotAcquired when a majority said "held" or
+// no node failed (a split vote), else lease.ErrQuorumUnavailable.
 func (t tally) cause() error {
 	if t.held >= t.quorum || t.failed == 0 {
-		return ErrNotAcquired
+		return lease.ErrNotAcquired
 	}
-	return ErrQuorumUnavailable
+	return lease.ErrQuorumUnavailable
 }
 
 // backoffCap returns the upper bound of the delay before retry number retry

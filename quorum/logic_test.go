@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 func TestMajority(t *testing.T) {
@@ -106,17 +108,17 @@ func TestTallyVerdict(t *testing.T) {
 		{5, 3, 0, 0, won, nil},
 		{5, 2, 0, 0, undecided, nil},
 		{5, 2, 2, 0, undecided, nil},
-		{5, 2, 2, 1, beaten, ErrQuorumUnavailable},
-		{5, 0, 3, 0, beaten, ErrNotAcquired},
+		{5, 2, 2, 1, beaten, lease.ErrQuorumUnavailable},
+		{5, 0, 3, 0, beaten, lease.ErrNotAcquired},
 		{5, 1, 1, 1, undecided, nil},
-		{5, 1, 1, 2, beaten, ErrQuorumUnavailable},
-		{5, 0, 0, 3, beaten, ErrQuorumUnavailable},
-		{5, 2, 3, 0, beaten, ErrNotAcquired},
+		{5, 1, 1, 2, beaten, lease.ErrQuorumUnavailable},
+		{5, 0, 0, 3, beaten, lease.ErrQuorumUnavailable},
+		{5, 2, 3, 0, beaten, lease.ErrNotAcquired},
 		{1, 1, 0, 0, won, nil},
-		{1, 0, 1, 0, beaten, ErrNotAcquired},
+		{1, 0, 1, 0, beaten, lease.ErrNotAcquired},
 		{4, 2, 1, 0, undecided, nil},
-		{4, 2, 2, 0, beaten, ErrNotAcquired},
-		{4, 1, 2, 1, beaten, ErrQuorumUnavailable},
+		{4, 2, 2, 0, beaten, lease.ErrNotAcquired},
+		{4, 1, 2, 1, beaten, lease.ErrQuorumUnavailable},
 		{4, 3, 1, 0, won, nil},
 	}
 	for _, c := range cases {
@@ -162,11 +164,11 @@ func checkTally(t *testing.T, answers []uint8) {
 			if tl.ok+remaining >= majority(n) {
 				t.Fatalf("beaten although %d confirmed and %d still pending could make %d", tl.ok, remaining, majority(n))
 			}
-			if errors.Is(tl.cause(), ErrNotAcquired) && tl.held < majority(n) && tl.failed > 0 {
-				t.Fatalf("ErrNotAcquired with only %d held and %d failed", tl.held, tl.failed)
+			if errors.Is(tl.cause(), lease.ErrNotAcquired) && tl.held < majority(n) && tl.failed > 0 {
+				t.Fatalf("lease.ErrNotAcquired with only %d held and %d failed", tl.held, tl.failed)
 			}
-			if errors.Is(tl.cause(), ErrQuorumUnavailable) && tl.failed == 0 {
-				t.Fatalf("ErrQuorumUnavailable although no node failed: %+v", tl)
+			if errors.Is(tl.cause(), lease.ErrQuorumUnavailable) && tl.failed == 0 {
+				t.Fatalf("lease.ErrQuorumUnavailable although no node failed: %+v", tl)
 			}
 		case undecided:
 			if tl.ok >= majority(n) || tl.ok+remaining < majority(n) {

@@ -14,6 +14,7 @@ import (
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -34,26 +35,26 @@ func TestLockMulti(t *testing.T) {
 		f := &memFencer{}
 		l := r.locker(t, quorum.WithTTL(5*time.Minute), quorum.WithFencer(f), quorum.WithNodeTimeout(time.Minute))
 		ks := multiKeys(t, 3)
-		lease, err := l.LockMulti(ctxT(t, 10*time.Second), ks[2], ks[0], ks[1], ks[0])
+		le, err := l.LockMulti(ctxT(t, 10*time.Second), ks[2], ks[0], ks[1], ks[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := lease.Keys(); !slices.Equal(got, ks) || lease.Key() != ks[0] {
-			t.Fatalf("Keys() = %q, Key() = %q; want %q sorted, duplicates once", got, lease.Key(), ks)
+		if got := le.Keys(); !slices.Equal(got, ks) || le.Key() != ks[0] {
+			t.Fatalf("Keys() = %q, Key() = %q; want %q sorted, duplicates once", got, le.Key(), ks)
 		}
 		for _, k := range ks {
-			eventually(t, time.Minute, k+" is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
-			if lease.FenceOf(k) != 1 {
-				t.Fatalf("FenceOf(%s) = %d, want 1: each key has its own sequence", k, lease.FenceOf(k))
+			eventually(t, time.Minute, k+" is on every node", func() bool { return r.count(t, k, le.Token()) == 5 })
+			if le.FenceOf(k) != 1 {
+				t.Fatalf("FenceOf(%s) = %d, want 1: each key has its own sequence", k, le.FenceOf(k))
 			}
 		}
-		if lease.FenceOf("not-a-key-of-the-lease") != 0 {
+		if le.FenceOf("not-a-key-of-the-lease") != 0 {
 			t.Fatal("FenceOf an unknown key is not 0")
 		}
-		if err := lease.Extend(ctxT(t, 10*time.Second), 4*time.Minute); err != nil {
+		if err := le.Extend(ctxT(t, 10*time.Second), 4*time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := lease.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		if err := le.Unlock(ctxT(t, 10*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range ks {
@@ -75,7 +76,7 @@ func TestLockMulti(t *testing.T) {
 		ks := multiKeys(t, 3)
 		holder := r.hold(t, ks[1])
 		_, err := l.TryLockMulti(ctxT(t, 10*time.Second), ks...)
-		if !errors.Is(err, quorum.ErrNotAcquired) {
+		if !errors.Is(err, lease.ErrNotAcquired) {
 			t.Fatalf("got %v, want ErrNotAcquired", err)
 		}
 		for _, k := range []string{ks[0], ks[2]} {
@@ -92,15 +93,15 @@ func TestLockMulti(t *testing.T) {
 		l := r.locker(t, quorum.WithTTL(5*time.Minute), quorum.WithNodeTimeout(time.Minute))
 		ks := multiKeys(t, 2)
 		r.setOn(t, ks[1], "other", 5*time.Minute, 0, 1) // a minority holds one key
-		lease, err := l.LockMulti(ctxT(t, 10*time.Second), ks...)
+		le, err := l.LockMulti(ctxT(t, 10*time.Second), ks...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Minute, "the lease is on nodes 2-4", func() bool { return r.count(t, ks[0], lease.Token()) == 3 })
+		eventually(t, time.Minute, "the lease is on nodes 2-4", func() bool { return r.count(t, ks[0], le.Token()) == 3 })
 		if got := r.values(t, ks[0]); got[0] != "" || got[1] != "" {
 			t.Fatalf("nodes 0 and 1 refused %s but set %s: %q", ks[1], ks[0], got)
 		}
-		_ = lease.Unlock(ctxT(t, 10*time.Second))
+		_ = le.Unlock(ctxT(t, 10*time.Second))
 	})
 
 	t.Run("WaiterOnOneKeyWakesOnTheLeaseRelease", func(t *testing.T) {
@@ -114,9 +115,9 @@ func TestLockMulti(t *testing.T) {
 		got := make(chan error, 1)
 		ctx := ctxT(t, slow(time.Minute))
 		go func() {
-			lease, err := l.Lock(ctx, ks[1])
+			le, err := l.Lock(ctx, ks[1])
 			if err == nil {
-				err = lease.Unlock(context.Background())
+				err = le.Unlock(context.Background())
 			}
 			got <- err
 		}()
@@ -151,36 +152,36 @@ func TestLockMultiLosesAKey(t *testing.T) {
 	t.Run("Extend", func(t *testing.T) {
 		l := r.locker(t, quorum.WithTTL(5*time.Minute), quorum.WithNodeTimeout(time.Minute))
 		ks := multiKeys(t, 3)
-		lease, err := l.LockMulti(ctxT(t, 10*time.Second), ks...)
+		le, err := l.LockMulti(ctxT(t, 10*time.Second), ks...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Minute, "the token is on every node", func() bool { return r.count(t, ks[2], lease.Token()) == 5 })
+		eventually(t, time.Minute, "the token is on every node", func() bool { return r.count(t, ks[2], le.Token()) == 5 })
 		drop(t, ks[1])
-		if err := lease.Extend(ctxT(t, time.Minute), 4*time.Minute); !errors.Is(err, quorum.ErrLeaseLost) {
+		if err := le.Extend(ctxT(t, time.Minute), 4*time.Minute); !errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("Extend: got %v, want ErrLeaseLost", err)
 		}
-		waitClosed(t, lease.Lost(), time.Second, "Lost is closed")
+		waitClosed(t, le.Lost(), time.Second, "Lost is closed")
 		if ttl := r.admin[1].PTTL(ctxT(t, 10*time.Second), ks[0]).Val(); ttl > 5*time.Minute {
 			t.Fatalf("the failed extension moved a key's TTL to %v", ttl)
 		}
-		_ = lease.Unlock(ctxT(t, 10*time.Second))
+		_ = le.Unlock(ctxT(t, 10*time.Second))
 	})
 
 	t.Run("Do", func(t *testing.T) {
 		// The watchdog extends every 2 s; the TTL leaves the loss to it.
 		l := r.locker(t, quorum.WithTTL(time.Minute), quorum.WithWatchdogInterval(2*time.Second))
 		ks := multiKeys(t, 2)
-		err := l.DoMulti(ctxT(t, slow(time.Minute)), ks, func(ctx context.Context, lease *quorum.Lease) error {
-			eventually(t, time.Minute, "the token is on every node", func() bool { return r.count(t, ks[1], lease.Token()) == 5 })
+		err := l.DoMulti(ctxT(t, slow(time.Minute)), ks, func(ctx context.Context, le lease.Lease) error {
+			eventually(t, time.Minute, "the token is on every node", func() bool { return r.count(t, ks[1], le.Token()) == 5 })
 			drop(t, ks[0])
 			<-ctx.Done()
-			if !errors.Is(context.Cause(ctx), quorum.ErrLeaseLost) {
+			if !errors.Is(context.Cause(ctx), lease.ErrLeaseLost) {
 				return fmt.Errorf("fn's context ended with %w, not the loss", context.Cause(ctx))
 			}
 			return nil
 		})
-		if !errors.Is(err, quorum.ErrLeaseLost) {
+		if !errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("DoMulti: got %v, want ErrLeaseLost", err)
 		}
 	})
@@ -216,7 +217,7 @@ func TestLockMultiOverlapping(t *testing.T) {
 		for _, set := range sets {
 			wg.Go(func() {
 				for range rounds {
-					err := l.DoMulti(ctxT(t, slow(2*time.Minute)), set, func(ctx context.Context, _ *quorum.Lease) error {
+					err := l.DoMulti(ctxT(t, slow(2*time.Minute)), set, func(ctx context.Context, _ lease.Lease) error {
 						enter(set, 1)
 						time.Sleep(time.Millisecond)
 						enter(set, -1)
@@ -255,22 +256,22 @@ func TestLockMultiExcludesRedsync(t *testing.T) {
 	if err := m.LockContext(ctxT(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.TryLockMulti(ctxT(t, 10*time.Second), ks...); !errors.Is(err, quorum.ErrNotAcquired) {
+	if _, err := l.TryLockMulti(ctxT(t, 10*time.Second), ks...); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("TryLockMulti while redsync holds one key: %v", err)
 	}
 	if ok, err := m.UnlockContext(ctxT(t, 10*time.Second)); !ok || err != nil {
 		t.Fatalf("redsync unlock: %v %v", ok, err)
 	}
-	lease, err := l.TryLockMulti(ctxT(t, 10*time.Second), ks...)
+	le, err := l.TryLockMulti(ctxT(t, 10*time.Second), ks...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the lease is on every node", func() bool { return r.count(t, ks[2], lease.Token()) == 5 })
+	eventually(t, time.Minute, "the lease is on every node", func() bool { return r.count(t, ks[2], le.Token()) == 5 })
 	m2 := rs.NewMutex(ks[2], redsync.WithExpiry(time.Minute), redsync.WithTries(1))
 	if err := m2.LockContext(ctxT(t, time.Minute)); err == nil {
 		t.Fatal("redsync took a key of a held multi-key lease")
 	}
-	if err := lease.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := le.Unlock(ctxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -285,7 +286,7 @@ func TestLockMultiRestartGuard(t *testing.T) {
 	first, second := r.locker(t, opts...), r.locker(t, opts...)
 	ks := multiKeys(t, 2)
 	heal := r.partition(t, 3, 4)
-	lease, err := first.LockMulti(ctxT(t, 10*time.Second), ks...)
+	le, err := first.LockMulti(ctxT(t, 10*time.Second), ks...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,17 +294,17 @@ func TestLockMultiRestartGuard(t *testing.T) {
 	restartEmpty(t, r, 2)
 	warming := false
 	for i := range 10 {
-		if time.Until(lease.Until()) < time.Second {
+		if time.Until(le.Until()) < time.Second {
 			t.Fatalf("the first lease ran out after %d tries", i)
 		}
-		var got *quorum.Lease
+		var got lease.Lease
 		if i%2 == 0 {
 			got, err = second.TryLockMulti(ctxT(t, 10*time.Second), ks[1], ks[0])
 		} else {
 			got, err = second.TryLock(ctxT(t, 10*time.Second), ks[1])
 		}
 		if err == nil {
-			t.Fatalf("double grant: %q and %q; values %q", lease.Token(), got.Token(), r.values(t, ks[1]))
+			t.Fatalf("double grant: %q and %q; values %q", le.Token(), got.Token(), r.values(t, ks[1]))
 		}
 		warming = warming || errors.Is(err, quorum.ErrNodeWarming)
 		time.Sleep(50 * time.Millisecond)
@@ -311,7 +312,7 @@ func TestLockMultiRestartGuard(t *testing.T) {
 	if !warming {
 		t.Fatal("node 2 never answered warming: the guard did not act")
 	}
-	if err := lease.Unlock(ctxT(t, 10*time.Second)); !errors.Is(err, quorum.ErrLeaseLost) {
+	if err := le.Unlock(ctxT(t, 10*time.Second)); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("Unlock: got %v, want ErrLeaseLost (the lease was left on 2 nodes)", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Defaults. Options that depend on the TTL derive from the TTL in effect.
@@ -35,8 +37,8 @@ type config struct {
 
 	drift    float64
 	retry    Retry
-	fencer   Fencer
-	observer Observer
+	fencer   lease.Fencer
+	observer lease.Observer
 	guard    bool
 	durable  bool
 }
@@ -47,7 +49,7 @@ func defaultConfig() config {
 		drift:    DefaultDriftFactor,
 		retry:    Retry{Attempts: 0, BaseDelay: DefaultBaseDelay, MaxDelay: DefaultMaxDelay},
 		maxWait:  DefaultMaxWait,
-		observer: NopObserver{},
+		observer: lease.NopObserver{},
 		guard:    true,
 	}
 }
@@ -74,8 +76,8 @@ func WithRetry(r Retry) Option { return func(c *config) error { c.retry = r; ret
 // attempt or backoff starts past it); 0: none, then Retry.Attempts > 0. Default 10s.
 func WithMaxWait(d time.Duration) Option { return func(c *config) error { c.maxWait = d; return nil } }
 
-// WithFencer makes every lease carry a fence token from f (see Fencer).
-func WithFencer(f Fencer) Option {
+// WithFencer makes every lease carry a fence token from f (see lease.Fencer).
+func WithFencer(f lease.Fencer) Option {
 	return func(c *config) error {
 		if f == nil {
 			return errors.New("WithFencer: fencer is nil")
@@ -85,8 +87,9 @@ func WithFencer(f Fencer) Option {
 	}
 }
 
-// WithObserver sends events to o (see Observer). Default NopObserver.
-func WithObserver(o Observer) Option {
+// WithObserver sends events to o (see lease.Observer). Default
+// lease.NopObserver.
+func WithObserver(o lease.Observer) Option {
 	return func(c *config) error {
 		if o == nil {
 			return errors.New("WithObserver: observer is nil")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -113,7 +114,7 @@ func TestNewAcceptsValidConfig(t *testing.T) {
 		"defaults":              {offlineClients(t, 5), nil},
 		"one node":              {offlineClients(t, 1), nil},
 		"short ttl":             {offlineClients(t, 3), []quorum.Option{quorum.WithTTL(100 * time.Millisecond)}},
-		"everything":            {offlineClients(t, 5), []quorum.Option{quorum.WithTTL(2 * time.Second), quorum.WithNodeTimeout(20 * time.Millisecond), quorum.WithDriftFactor(0.02), quorum.WithRetry(quorum.Retry{Attempts: 5, BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}), quorum.WithMaxWait(0), quorum.WithAmnesiaWindow(5 * time.Second), quorum.WithWatchdogInterval(500 * time.Millisecond), quorum.WithSafetyMargin(200 * time.Millisecond), quorum.WithDurableNodes(true), quorum.WithObserver(quorum.NopObserver{})}},
+		"everything":            {offlineClients(t, 5), []quorum.Option{quorum.WithTTL(2 * time.Second), quorum.WithNodeTimeout(20 * time.Millisecond), quorum.WithDriftFactor(0.02), quorum.WithRetry(quorum.Retry{Attempts: 5, BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}), quorum.WithMaxWait(0), quorum.WithAmnesiaWindow(5 * time.Second), quorum.WithWatchdogInterval(500 * time.Millisecond), quorum.WithSafetyMargin(200 * time.Millisecond), quorum.WithDurableNodes(true), quorum.WithObserver(lease.NopObserver{})}},
 		"cluster without guard": {[]redis.UniversalClient{cluster}, []quorum.Option{quorum.WithAmnesiaGuard(false)}},
 	}
 	for name, c := range cases {
@@ -168,7 +169,7 @@ func TestNewAcceptsDistinctFailoverClients(t *testing.T) {
 	}
 }
 
-// After Close, Lock, TryLock and Do fail at once with ErrClosed, and Close
+// After Close, Lock, TryLock and Do fail at once with lease.ErrClosed, and Close
 // may be called again.
 func TestClose(t *testing.T) {
 	l, err := quorum.New(offlineClients(t, 3))
@@ -180,13 +181,13 @@ func TestClose(t *testing.T) {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	if _, err := l.Lock(ctx, "k"); !errors.Is(err, quorum.ErrClosed) {
+	if _, err := l.Lock(ctx, "k"); !errors.Is(err, lease.ErrClosed) {
 		t.Fatalf("Lock after Close: %v", err)
 	}
-	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, quorum.ErrClosed) {
+	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, lease.ErrClosed) {
 		t.Fatalf("TryLock after Close: %v", err)
 	}
-	if err := l.Do(ctx, "k", func(context.Context, *quorum.Lease) error { return nil }); !errors.Is(err, quorum.ErrClosed) {
+	if err := l.Do(ctx, "k", func(context.Context, lease.Lease) error { return nil }); !errors.Is(err, lease.ErrClosed) {
 		t.Fatalf("Do after Close: %v", err)
 	}
 	if d := time.Since(start); d > time.Second {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // undo marks a failed acquisition undone and releases in the background what
@@ -42,9 +44,9 @@ func (l *Locker) releaseBG(ctx context.Context, acq request, args []any, nodes [
 // nodes are released in the background (Close waits for them), each after
 // its own acquire request returned. When so many nodes answered "not ours"
 // that no majority held the token (the lease expired, was taken over or
-// forgotten by restarted nodes), the error matches ErrLeaseLost: the work
+// forgotten by restarted nodes), the error matches lease.ErrLeaseLost: the work
 // done under it may not have been exclusive. When no majority confirmed in
-// time, it matches ErrUnlockUnconfirmed; calling Unlock again asks only the
+// time, it matches lease.ErrUnlockUnconfirmed; calling Unlock again asks only the
 // nodes still unknown. ctx does not cut the requests short, so a cancelled
 // context never strands a release.
 func (le *Lease) Unlock(ctx context.Context) error {
@@ -61,14 +63,14 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	switch {
 	case t.held > len(l.nodes)-l.quorum:
 		return l.quorumError(OpRelease, le.name, t,
-			"the token was no longer on a majority (the lease had expired, was taken over, or nodes lost it)", ErrLeaseLost)
+			"the token was no longer on a majority (the lease had expired, was taken over, or nodes lost it)", lease.ErrLeaseLost)
 	case t.ok >= l.quorum:
 		for _, k := range le.keys {
 			l.wk.released(k) // a waiter of this Locker may go now
 		}
 		return nil
 	}
-	qe := l.quorumError(OpRelease, le.name, t, "", ErrUnlockUnconfirmed)
+	qe := l.quorumError(OpRelease, le.name, t, "", lease.ErrUnlockUnconfirmed)
 	if cerr := ctxErr(ctx); cerr != nil {
 		return fmt.Errorf("quorum: unlock %q: %w: %w", le.name, cerr, qe)
 	}
@@ -163,6 +165,6 @@ func (rr *releaseRun) leave() {
 	if rr.le == nil {
 		d = time.Since(rr.start)
 	}
-	rr.l.cfg.observer.ObserveRelease(ReleaseEvent{Key: rr.key, Duration: d,
+	rr.l.cfg.observer.ObserveRelease(lease.ReleaseEvent{Key: rr.key, Duration: d,
 		Released: int(rr.released.Load()), NotOwner: int(rr.notOwner.Load()), Failed: int(rr.failed.Load())})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -174,15 +175,15 @@ func (r *rig) locker(t testing.TB, opts ...quorum.Option) *quorum.Locker {
 // every node. Lock returns at a majority; the TTL, the node timeout and the
 // context are long enough that the remaining nodes' SETs are not cut off,
 // and the key does not expire, on a loaded machine.
-func (r *rig) hold(t testing.TB, k string) *quorum.Lease {
+func (r *rig) hold(t testing.TB, k string) lease.Lease {
 	t.Helper()
 	l := r.locker(t, quorum.WithTTL(10*time.Minute), quorum.WithNodeTimeout(2*time.Minute))
-	lease, err := l.Lock(ctxT(t, 5*time.Minute), k)
+	le, err := l.Lock(ctxT(t, 5*time.Minute), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the holder's token is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
-	return lease
+	eventually(t, time.Minute, "the holder's token is on every node", func() bool { return r.count(t, k, le.Token()) == 5 })
+	return le
 }
 
 // values returns the key's value on every node ("" when absent), read
@@ -341,38 +342,38 @@ func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) 
 // recorder is an Observer that keeps every event.
 type recorder struct {
 	mu       sync.Mutex
-	acquires []quorum.AcquireEvent
-	nodeErrs []quorum.NodeEvent
-	extends  []quorum.ExtendEvent
-	releases []quorum.ReleaseEvent
-	lost     []quorum.LostEvent
+	acquires []lease.AcquireEvent
+	nodeErrs []lease.NodeEvent
+	extends  []lease.ExtendEvent
+	releases []lease.ReleaseEvent
+	lost     []lease.LostEvent
 }
 
-func (r *recorder) ObserveAcquire(e quorum.AcquireEvent) {
+func (r *recorder) ObserveAcquire(e lease.AcquireEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.acquires = append(r.acquires, e)
 }
 
-func (r *recorder) ObserveNodeError(e quorum.NodeEvent) {
+func (r *recorder) ObserveNodeError(e lease.NodeEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nodeErrs = append(r.nodeErrs, e)
 }
 
-func (r *recorder) ObserveExtend(e quorum.ExtendEvent) {
+func (r *recorder) ObserveExtend(e lease.ExtendEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.extends = append(r.extends, e)
 }
 
-func (r *recorder) ObserveRelease(e quorum.ReleaseEvent) {
+func (r *recorder) ObserveRelease(e lease.ReleaseEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.releases = append(r.releases, e)
 }
 
-func (r *recorder) ObserveLost(e quorum.LostEvent) {
+func (r *recorder) ObserveLost(e lease.LostEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lost = append(r.lost, e)
@@ -382,11 +383,11 @@ func (r *recorder) snapshot() recorder {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return recorder{
-		acquires: append([]quorum.AcquireEvent(nil), r.acquires...),
-		nodeErrs: append([]quorum.NodeEvent(nil), r.nodeErrs...),
-		extends:  append([]quorum.ExtendEvent(nil), r.extends...),
-		releases: append([]quorum.ReleaseEvent(nil), r.releases...),
-		lost:     append([]quorum.LostEvent(nil), r.lost...),
+		acquires: append([]lease.AcquireEvent(nil), r.acquires...),
+		nodeErrs: append([]lease.NodeEvent(nil), r.nodeErrs...),
+		extends:  append([]lease.ExtendEvent(nil), r.extends...),
+		releases: append([]lease.ReleaseEvent(nil), r.releases...),
+		lost:     append([]lease.LostEvent(nil), r.lost...),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -63,7 +64,7 @@ func TestUntilCountsTheVoteOnce(t *testing.T) {
 		}
 	}
 	before := time.Now()
-	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	le, err := l.Lock(ctxT(t, 10*time.Second), k)
 	after := time.Now()
 	if err != nil {
 		t.Fatal(err)
@@ -71,15 +72,15 @@ func TestUntilCountsTheVoteOnce(t *testing.T) {
 	if after.Sub(before) < 100*time.Millisecond {
 		t.Fatalf("the vote took %v: the latency was not in effect", after.Sub(before))
 	}
-	bracket("Lock", lease.Until(), before, after)
+	bracket("Lock", le.Until(), before, after)
 	before = time.Now()
-	err = lease.Extend(ctxT(t, 10*time.Second), ttl)
+	err = le.Extend(ctxT(t, 10*time.Second), ttl)
 	after = time.Now()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bracket("Extend", lease.Until(), before, after)
-	_ = lease.Unlock(ctxT(t, 10*time.Second))
+	bracket("Extend", le.Until(), before, after)
+	_ = le.Unlock(ctxT(t, 10*time.Second))
 }
 
 // An Extend to a shorter TTL whose context ends before the answers come
@@ -90,49 +91,49 @@ func TestCancelledExtendNeverOverstatesTheLease(t *testing.T) {
 	ttl, short := slow(6*time.Second), slow(time.Second)
 	l := r.locker(t, quorum.WithTTL(ttl), quorum.WithNodeTimeout(slow(200*time.Millisecond)))
 	k := key(t)
-	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	le, err := l.Lock(ctxT(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Load the extend script on every node first, so that the delayed
 	// extension below is applied at once and only its answers are late.
-	if err := lease.Extend(ctxT(t, 10*time.Second), ttl); err != nil {
+	if err := le.Extend(ctxT(t, 10*time.Second), ttl); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the token is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+	eventually(t, 10*time.Second, "the token is on every node", func() bool { return r.count(t, k, le.Token()) == 5 })
 	remove := r.withLatency(t, slow(300*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
 	start := time.Now()
-	err = lease.Extend(ctx, short)
+	err = le.Extend(ctx, short)
 	after := time.Now()
 	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, quorum.ErrExtendUnconfirmed) {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lease.ErrExtendUnconfirmed) {
 		t.Fatalf("got %v, want context.DeadlineExceeded and ErrExtendUnconfirmed", err)
 	}
-	before := time.Until(lease.Until())
+	before := time.Until(le.Until())
 	// The extension started between start and after: its end is at most
 	// after + short - drift allowance.
-	if u := lease.Until(); u.After(after.Add(short)) {
+	if u := le.Until(); u.After(after.Add(short)) {
 		t.Fatalf("Until is %v after the unclear extension to %v returned", u.Sub(after), short)
 	}
-	t.Logf("unclear extension to %v: %v; Until now %v after its start", short, err, lease.Until().Sub(start))
+	t.Logf("unclear extension to %v: %v; Until now %v after its start", short, err, le.Until().Sub(start))
 	remove()
 	// Once the nodes dropped the key, another Locker takes it: by then
 	// the first lease must no longer say it is valid.
 	eventually(t, 30*time.Second, "a majority dropped the key", func() bool { return r.count(t, k, "") >= 3 })
 	other := r.locker(t, quorum.WithTTL(ttl))
-	var second *quorum.Lease
+	var second lease.Lease
 	for try := 0; second == nil; try++ {
 		second, err = other.TryLock(ctxT(t, 10*time.Second), k)
 		if err != nil && try == 20 {
 			t.Fatalf("the second Locker never got the key: %v", err)
 		}
 	}
-	if now := time.Now(); now.Before(lease.Until()) && lease.Err() == nil {
-		t.Fatalf("two valid leases: the first still claims %v more", lease.Until().Sub(now))
+	if now := time.Now(); now.Before(le.Until()) && le.Err() == nil {
+		t.Fatalf("two valid leases: the first still claims %v more", le.Until().Sub(now))
 	}
 	t.Logf("second holder after %v; the first lease had ended %v before (it had %v left after the extension)",
-		time.Since(start), time.Since(lease.Until()), before)
+		time.Since(start), time.Since(le.Until()), before)
 	_ = second.Unlock(ctxT(t, 10*time.Second))
 }
 
@@ -151,23 +152,23 @@ func TestDoReportsALostLease(t *testing.T) {
 		}
 	}
 	k := key(t)
-	err := l.Do(ctxT(t, time.Minute), k, func(ctx context.Context, lease *quorum.Lease) error {
-		forget(t, k, lease.Token())
+	err := l.Do(ctxT(t, time.Minute), k, func(ctx context.Context, le lease.Lease) error {
+		forget(t, k, le.Token())
 		return nil
 	})
-	if !errors.Is(err, quorum.ErrLeaseLost) {
+	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("Do: %v, want ErrLeaseLost", err)
 	}
 	boom := errors.New("fn failed")
-	err = l.Do(ctxT(t, time.Minute), k+":2", func(ctx context.Context, lease *quorum.Lease) error {
-		forget(t, k+":2", lease.Token())
+	err = l.Do(ctxT(t, time.Minute), k+":2", func(ctx context.Context, le lease.Lease) error {
+		forget(t, k+":2", le.Token())
 		return boom
 	})
-	if !errors.Is(err, quorum.ErrLeaseLost) || !errors.Is(err, boom) {
+	if !errors.Is(err, lease.ErrLeaseLost) || !errors.Is(err, boom) {
 		t.Fatalf("Do: %v, want fn's error joined with ErrLeaseLost", err)
 	}
 	// A lease that was kept reports nothing.
-	if err := l.Do(ctxT(t, time.Minute), k+":3", func(context.Context, *quorum.Lease) error { return nil }); err != nil {
+	if err := l.Do(ctxT(t, time.Minute), k+":3", func(context.Context, lease.Lease) error { return nil }); err != nil {
 		t.Fatalf("Do with the lease kept: %v", err)
 	}
 }
@@ -182,7 +183,7 @@ func TestDoRetriesAnUnclearExtension(t *testing.T) {
 	unconfirmed := func() int {
 		n := 0
 		for _, e := range rec.snapshot().extends {
-			if errors.Is(e.Err, quorum.ErrExtendUnconfirmed) {
+			if errors.Is(e.Err, lease.ErrExtendUnconfirmed) {
 				n++
 			}
 		}
@@ -197,7 +198,7 @@ func TestDoRetriesAnUnclearExtension(t *testing.T) {
 		}
 		return n
 	}
-	err := l.Do(ctxT(t, time.Minute), k, func(ctx context.Context, lease *quorum.Lease) error {
+	err := l.Do(ctxT(t, time.Minute), k, func(ctx context.Context, le lease.Lease) error {
 		heal := r.partition(t, 0, 2, 4)
 		eventually(t, 10*time.Second, "an extension round failed", func() bool { return unconfirmed() > 0 })
 		ok := confirmed()
@@ -232,13 +233,13 @@ func TestClientsThatIgnoreDeadlines(t *testing.T) {
 	}
 	k := key(t)
 	// Connections and scripts first, then cut two nodes off.
-	if err := l.Do(ctxT(t, time.Minute), k+":warm", func(context.Context, *quorum.Lease) error { return nil }); err != nil {
+	if err := l.Do(ctxT(t, time.Minute), k+":warm", func(context.Context, lease.Lease) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	r.partition(t, 3, 4)
 	done := make(chan error, 1)
 	go func() {
-		done <- l.Do(ctxT(t, time.Minute), k, func(context.Context, *quorum.Lease) error { return nil })
+		done <- l.Do(ctxT(t, time.Minute), k, func(context.Context, lease.Lease) error { return nil })
 	}()
 	select {
 	case err := <-done:
@@ -316,7 +317,7 @@ func TestFailedAttemptReturnsBeforeItsRelease(t *testing.T) {
 	r.setOn(t, k, "other-owner", 10*time.Minute, 2, 3, 4)
 	_, err = l.TryLock(ctxT(t, 10*time.Second), k)
 	returned := time.Now()
-	if !errors.Is(err, quorum.ErrNotAcquired) {
+	if !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("got %v, want ErrNotAcquired", err)
 	}
 	eventually(t, 10*time.Second, "the undo started", func() bool { return gate.started.Load() > 0 })
@@ -369,7 +370,7 @@ func TestRestartGuard(t *testing.T) {
 			opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaGuard(guard)}
 			first, second := r.locker(t, opts...), r.locker(t, opts...)
 			k := key(t)
-			lease := holdOnExactMajority(t, r, first, k)
+			le := holdOnExactMajority(t, r, first, k)
 			ctx := ctxT(t, time.Minute)
 			if err := r.nodes[2].Kill(ctx); err != nil {
 				t.Fatal(err)
@@ -381,7 +382,7 @@ func TestRestartGuard(t *testing.T) {
 			if r.value(t, k, 2) != "" || r.value(t, quorum.BootMarkerKey, 2) == "" {
 				t.Fatalf("node 2 did not come back from its snapshot: key %q, marker %q", r.value(t, k, 2), r.value(t, quorum.BootMarkerKey, 2))
 			}
-			var double *quorum.Lease
+			var double lease.Lease
 			warming := false
 			for i := 0; i < 10 && double == nil; i++ {
 				got, err := second.TryLock(ctxT(t, 10*time.Second), k)
@@ -397,7 +398,7 @@ func TestRestartGuard(t *testing.T) {
 				if double == nil {
 					t.Fatal("no double grant without the guard: the snapshot scenario was not reproduced")
 				}
-				if now := time.Now(); !now.Before(lease.Until()) || !now.Before(double.Until()) {
+				if now := time.Now(); !now.Before(le.Until()) || !now.Before(double.Until()) {
 					t.Fatal("the two leases were not valid at the same time")
 				}
 				return
@@ -408,8 +409,8 @@ func TestRestartGuard(t *testing.T) {
 			if !warming {
 				t.Fatal("node 2 never answered warming")
 			}
-			if lease.Err() != nil {
-				t.Fatalf("first lease: %v", lease.Err())
+			if le.Err() != nil {
+				t.Fatalf("first lease: %v", le.Err())
 			}
 		})
 	}
@@ -430,21 +431,21 @@ func TestRestartGuard(t *testing.T) {
 		}
 		r.settle(t, 2)
 		k := key(t)
-		lease, err := durable.Lock(ctx, k)
+		le, err := durable.Lock(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Minute, "the restarted durable node votes", func() bool { return r.value(t, k, 2) == lease.Token() })
-		_ = lease.Unlock(ctx)
-		lease, err = plain.Lock(ctx, k+":plain")
+		eventually(t, time.Minute, "the restarted durable node votes", func() bool { return r.value(t, k, 2) == le.Token() })
+		_ = le.Unlock(ctx)
+		le, err = plain.Lock(ctx, k+":plain")
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Minute, "every other node holds the key", func() bool { return r.count(t, k+":plain", lease.Token()) == 4 })
+		eventually(t, time.Minute, "every other node holds the key", func() bool { return r.count(t, k+":plain", le.Token()) == 4 })
 		if got := r.value(t, k+":plain", 2); got != "" {
 			t.Fatalf("the restarted node voted inside the window without the durable declaration: %q", got)
 		}
-		_ = lease.Unlock(ctx)
+		_ = le.Unlock(ctx)
 	})
 
 	// First contact with nodes that have been up for longer than the
@@ -462,11 +463,11 @@ func TestRestartGuard(t *testing.T) {
 			return slices.Min(r.uptimes(t)) >= need
 		})
 		l := r.locker(t, quorum.WithTTL(window), quorum.WithNodeTimeout(slow(500*time.Millisecond)))
-		lease, err := l.TryLock(ctxT(t, 10*time.Second), key(t))
+		le, err := l.TryLock(ctxT(t, 10*time.Second), key(t))
 		if err != nil {
 			t.Fatalf("first contact: %v", err)
 		}
-		_ = lease.Unlock(ctxT(t, 10*time.Second))
+		_ = le.Unlock(ctxT(t, 10*time.Second))
 	})
 
 	// Young nodes nobody vouched for stay out of the vote until their
@@ -487,7 +488,7 @@ func TestRestartGuard(t *testing.T) {
 		k := key(t)
 		_, err := l.TryLock(ctxT(t, 10*time.Second), k)
 		var qe *quorum.QuorumError
-		if !errors.Is(err, quorum.ErrQuorumUnavailable) || !errors.As(err, &qe) || len(qe.Nodes) < 3 {
+		if !errors.Is(err, lease.ErrQuorumUnavailable) || !errors.As(err, &qe) || len(qe.Nodes) < 3 {
 			t.Fatalf("got %v, want a majority of warming nodes", err)
 		}
 		for _, ne := range qe.Nodes {
@@ -498,7 +499,7 @@ func TestRestartGuard(t *testing.T) {
 		if got := r.count(t, k, ""); got != 5 {
 			t.Fatal("a warming node wrote the lock key")
 		}
-		lease, err := l.Lock(ctxT(t, slow(2*time.Minute)), k)
+		le, err := l.Lock(ctxT(t, slow(2*time.Minute)), k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -508,7 +509,7 @@ func TestRestartGuard(t *testing.T) {
 		if third := ups[len(ups)-3]; time.Duration(third-1)*time.Second < window {
 			t.Fatalf("granted with uptimes %v, inside the %v window", ups, window)
 		}
-		_ = lease.Unlock(ctxT(t, 10*time.Second))
+		_ = le.Unlock(ctxT(t, 10*time.Second))
 	})
 }
 
@@ -610,11 +611,11 @@ func TestUnlockReturnsAtTheMajority(t *testing.T) {
 	let := func() { once.Do(func() { close(hold.let) }) }
 	defer let()
 	k := key(t)
-	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	le, err := l.Lock(ctxT(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := le.Unlock(ctxT(t, 10*time.Second)); err != nil {
 		t.Fatalf("unlock while one node's acquire is still out: %v", err)
 	}
 	if got := hold.sent(); len(got) != 0 {
@@ -652,14 +653,14 @@ func TestCancelledUnlockStillReleases(t *testing.T) {
 	r := newRig(t)
 	l := r.locker(t, quorum.WithTTL(5*time.Minute))
 	k := key(t)
-	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	le, err := l.Lock(ctxT(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = lease.Unlock(ctx)
-	if err != nil && (!errors.Is(err, context.Canceled) || !errors.Is(err, quorum.ErrUnlockUnconfirmed)) {
+	err = le.Unlock(ctx)
+	if err != nil && (!errors.Is(err, context.Canceled) || !errors.Is(err, lease.ErrUnlockUnconfirmed)) {
 		t.Fatalf("Unlock with a cancelled context: %v, want context.Canceled and ErrUnlockUnconfirmed", err)
 	}
 	if err := l.Close(); err != nil {
@@ -669,7 +670,7 @@ func TestCancelledUnlockStillReleases(t *testing.T) {
 		t.Fatalf("key left on %d nodes: %q", 5-got, r.values(t, k))
 	}
 	// A retry after that knows every node answered.
-	if err := lease.Unlock(context.Background()); err != nil {
+	if err := le.Unlock(context.Background()); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
 }
@@ -681,7 +682,7 @@ func TestCancelledUnlockStillReleases(t *testing.T) {
 // release held in a hook, the retry queues behind them, and then all go:
 // three nodes released and two belong to another owner, so the retry
 // reports success, where counting the retry's own answers said
-// ErrLeaseLost.
+// lease.ErrLeaseLost.
 func TestRetriedUnlockCountsEarlierReleases(t *testing.T) {
 	r := newRig(t)
 	gate := &releaseGate{sha: redis.NewScript(quorum.ReleaseSource).Hash(), open: make(chan struct{})}
@@ -694,20 +695,20 @@ func TestRetriedUnlockCountsEarlierReleases(t *testing.T) {
 	open := func() { once.Do(func() { close(gate.open) }) }
 	defer open()
 	k := key(t)
-	lease, err := l.Lock(ctxT(t, 10*time.Second), k)
+	le, err := l.Lock(ctxT(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the lease is on every node", func() bool { return r.count(t, k, lease.Token()) == 5 })
+	eventually(t, 10*time.Second, "the lease is on every node", func() bool { return r.count(t, k, le.Token()) == 5 })
 	r.setOn(t, k, "other-owner", 10*time.Minute, 0, 1)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := lease.Unlock(cancelled); !errors.Is(err, quorum.ErrUnlockUnconfirmed) {
+	if err := le.Unlock(cancelled); !errors.Is(err, lease.ErrUnlockUnconfirmed) {
 		t.Fatalf("first Unlock: %v, want ErrUnlockUnconfirmed", err)
 	}
 	eventually(t, 10*time.Second, "the first releases are held", func() bool { return gate.started.Load() == 5 })
 	retried := make(chan error, 1)
-	go func() { retried <- lease.Unlock(context.Background()) }()
+	go func() { retried <- le.Unlock(context.Background()) }()
 	eventually(t, 10*time.Second, "the retry queues behind them", func() bool {
 		for i := range 5 {
 			if l.Queued(i) != 1 {
@@ -720,7 +721,7 @@ func TestRetriedUnlockCountsEarlierReleases(t *testing.T) {
 	if err := <-retried; err != nil {
 		t.Fatalf("retried Unlock: %v, want nil: three nodes released the token", err)
 	}
-	if got := r.count(t, k, lease.Token()); got != 0 {
+	if got := r.count(t, k, le.Token()); got != 0 {
 		t.Fatalf("token left on %d nodes", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -35,14 +36,14 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	type res struct {
-		lease *quorum.Lease
-		err   error
+		le  lease.Lease
+		err error
 	}
 	got := make(chan res, 1)
 	ctx := ctxT(t, slow(time.Minute))
 	go func() {
-		lease, err := l.Lock(ctx, k)
-		got <- res{lease, err}
+		le, err := l.Lock(ctx, k)
+		got <- res{le, err}
 	}()
 	eventually(t, 10*time.Second, "the waiter subscribed on a majority", func() bool { return l.SubscribedBy(k) >= 3 })
 	if err := held.Unlock(ctxT(t, 10*time.Second)); err != nil {
@@ -57,7 +58,7 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 	if g.err != nil {
 		t.Fatal(g.err)
 	}
-	defer func() { _ = g.lease.Unlock(context.Background()) }()
+	defer func() { _ = g.le.Unlock(context.Background()) }()
 	ev := rec.snapshot().acquires
 	if len(ev) != 1 || ev[0].Attempts != 2 || ev[0].Wakeups != 1 {
 		t.Fatalf("acquire events %+v, want 2 attempts and 1 wake-up", ev)
@@ -86,7 +87,7 @@ func TestWaitersAreServedOldestFirst(t *testing.T) {
 	for i := range waiters {
 		next[i] = make(chan struct{})
 		wg.Go(func() {
-			lease, err := l.Lock(ctx, k)
+			le, err := l.Lock(ctx, k)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -95,7 +96,7 @@ func TestWaitersAreServedOldestFirst(t *testing.T) {
 			order = append(order, i)
 			mu.Unlock()
 			<-next[i] // hold until told
-			if err := lease.Unlock(context.Background()); err != nil {
+			if err := le.Unlock(context.Background()); err != nil {
 				t.Errorf("waiter %d: unlock: %v", i, err)
 			}
 		})
@@ -144,11 +145,11 @@ func TestReleaseMessageIsOnlyAHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	var lease *quorum.Lease
+	var le lease.Lease
 	ctx := ctxT(t, slow(time.Minute))
 	go func() {
 		var err error
-		lease, err = l.Lock(ctx, k)
+		le, err = l.Lock(ctx, k)
 		got <- err
 	}()
 	eventually(t, 10*time.Second, "the waiter subscribed on a majority", func() bool { return l.SubscribedBy(k) >= 3 })
@@ -179,7 +180,7 @@ func TestReleaseMessageIsOnlyAHint(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the waiter was not woken by the real release")
 	}
-	defer func() { _ = lease.Unlock(context.Background()) }()
+	defer func() { _ = le.Unlock(context.Background()) }()
 	if ev := rec.snapshot().acquires; len(ev) != 1 || ev[0].Attempts < 3 || ev[0].Wakeups < 2 {
 		t.Fatalf("acquire events %+v, want at least 3 attempts and 2 wake-ups", ev)
 	}
@@ -204,7 +205,7 @@ func TestNewLockCallsQueueBehindWaiters(t *testing.T) {
 		wg    sync.WaitGroup
 	)
 	take := func(who string) {
-		lease, err := l.Lock(ctx, k)
+		le, err := l.Lock(ctx, k)
 		if err != nil {
 			t.Errorf("%s: %v", who, err)
 			return
@@ -212,7 +213,7 @@ func TestNewLockCallsQueueBehindWaiters(t *testing.T) {
 		mu.Lock()
 		order = append(order, who)
 		mu.Unlock()
-		if err := lease.Unlock(context.Background()); err != nil {
+		if err := le.Unlock(context.Background()); err != nil {
 			t.Errorf("%s: unlock: %v", who, err)
 		}
 	}

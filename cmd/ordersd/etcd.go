@@ -11,13 +11,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/quorumlock/quorumlock/etcdlock"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders/etcdbackend"
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // openEtcdLock opens the etcd backend: a client of ORDERS_ETCD_ENDPOINTS
 // and a Locker on it.
-func (d *deps) openEtcdLock(cfg config, fences quorum.Fencer, obs quorum.Observer, closers *cleanups) error {
+func (d *deps) openEtcdLock(cfg config, fences lease.Fencer, obs lease.Observer, closers *cleanups) error {
 	// Keep-alive pings drop a frozen member's connection within 4s.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.etcdEndpoints, DialTimeout: 2 * time.Second,
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second, Logger: zap.NewNop()})

@@ -19,7 +19,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/cli"
 	"github.com/quorumlock/quorumlock/internal/ordersenv"
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Defaults of the operator commands. The lock TTL is ordersd's default
@@ -332,9 +332,9 @@ func (s settings) connectDB(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // digest is the short form of a token that the commands print, the same
-// as ordersd's log shows (quorum.TokenDigest). A token grants unlock; its
+// as ordersd's log shows (lease.TokenDigest). A token grants unlock; its
 // digest does not.
-func digest(token string) string { return quorum.TokenDigest(token) }
+func digest(token string) string { return lease.TokenDigest(token) }
 
 // writeJSON prints v as indented JSON.
 func (a *app) writeJSON(v any) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/internal/cli"
 	"github.com/quorumlock/quorumlock/internal/wait"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -36,14 +37,14 @@ const timeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // releaseCounter is an Observer that remembers the last release's count.
 type releaseCounter struct {
-	quorum.NopObserver
+	lease.NopObserver
 	mu       sync.Mutex
 	released int
 	seen     bool
 }
 
 // ObserveRelease records how many masters released the key.
-func (r *releaseCounter) ObserveRelease(e quorum.ReleaseEvent) {
+func (r *releaseCounter) ObserveRelease(e lease.ReleaseEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.released, r.seen = e.Released, true
@@ -141,7 +142,7 @@ func (a *app) lock(ctx context.Context, s settings, key string, ttl, hold, maxWa
 // lease TTL, a restart window of at least ttl, one attempt when maxWait is
 // 0 (else retries for up to maxWait), and the settings' node timeout and
 // durability.
-func lockOptions(s settings, ttl, maxWait time.Duration, obs quorum.Observer) []quorum.Option {
+func lockOptions(s settings, ttl, maxWait time.Duration, obs lease.Observer) []quorum.Option {
 	opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithAmnesiaWindow(max(ttl, s.window)), quorum.WithObserver(obs)}
 	if maxWait == 0 {
 		opts = append(opts, quorum.WithRetry(quorum.Retry{Attempts: 1, BaseDelay: quorum.DefaultBaseDelay, MaxDelay: quorum.DefaultMaxDelay}), quorum.WithMaxWait(0))
@@ -159,21 +160,21 @@ func lockOptions(s settings, ttl, maxWait time.Duration, obs quorum.Observer) []
 
 // describe fills in the report's view of lease: its token's digest, its
 // fence and its validity.
-func (rep *lockReport) describe(lease *quorum.Lease) {
-	until := lease.Until()
-	rep.TokenDigest, rep.Fence = digest(lease.Token()), lease.Fence()
+func (rep *lockReport) describe(le lease.Lease) {
+	until := le.Until()
+	rep.TokenDigest, rep.Fence = digest(le.Token()), le.Fence()
 	rep.ValidityMS, rep.Until = ms(time.Until(until)), until.Format(timeFormat)
 }
 
 // keepLock takes rep.Key and keeps it until its TTL runs out, and prints
 // its token, the one place quorumctl shows one.
 func (a *app) keepLock(ctx context.Context, l *quorum.Locker, s settings, rep *lockReport, ttl time.Duration) error {
-	lease, err := l.Lock(ctx, rep.Key)
+	le, err := l.Lock(ctx, rep.Key)
 	if err != nil {
 		return fmt.Errorf("not locked: %w", err)
 	}
-	rep.describe(lease)
-	rep.Kept, rep.Token = true, lease.Token()
+	rep.describe(le)
+	rep.Kept, rep.Token = true, le.Token()
 	if s.json {
 		return a.writeJSON(rep)
 	}
@@ -187,14 +188,14 @@ func (a *app) keepLock(ctx context.Context, l *quorum.Locker, s settings, rep *l
 // extends it, releases it, and reports on how many of the masters the
 // release landed.
 func (a *app) holdLock(ctx context.Context, l *quorum.Locker, rc *releaseCounter, s settings, rep *lockReport, hold time.Duration, masters int) error {
-	err := l.Do(ctx, rep.Key, func(fctx context.Context, lease *quorum.Lease) error {
-		rep.describe(lease)
+	err := l.Do(ctx, rep.Key, func(fctx context.Context, le lease.Lease) error {
+		rep.describe(le)
 		if !s.json {
 			a.printLock(*rep, s.databaseURL != "")
 			fmt.Fprintf(a.stdout, "holding:  %v\n", hold)
 		}
 		if err := wait.Sleep(fctx, hold); err != nil {
-			if cause := context.Cause(fctx); errors.Is(cause, quorum.ErrLeaseLost) {
+			if cause := context.Cause(fctx); errors.Is(cause, lease.ErrLeaseLost) {
 				return cause
 			}
 			return fmt.Errorf("interrupted after holding it for less than %v: %w", hold, err)

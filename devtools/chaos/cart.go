@@ -104,28 +104,28 @@ func (w *worker) cartRound(ctx context.Context, n int) {
 		keys[i] = l.key
 	}
 	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseCall, Keys: keys})
-	lease, err := w.locker.LockMulti(ctx, keys...)
+	le, err := w.locker.LockMulti(ctx, keys...)
 	if err != nil {
 		r, msg := result(err)
 		w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: r, Err: msg, Keys: keys})
 		_ = wait.Sleep(ctx, 5*time.Millisecond)
 		return
 	}
-	until := wallUntil(lease)
+	until := wallUntil(le)
 	slices.SortFunc(lines, func(a, b line) int { return strings.Compare(a.key, b.key) })
-	held, fences := lease.Keys(), make([]int64, len(lines))
+	held, fences := le.Keys(), make([]int64, len(lines))
 	for i := range lines {
-		lines[i].fence = lease.FenceOf(lines[i].key)
+		lines[i].fence = le.FenceOf(lines[i].key)
 		fences[i] = lines[i].fence
 	}
 	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: ResultOK, Keys: held, Fences: fences, Until: until})
-	defer w.unlock(ctx, lease, Event{Round: n, Keys: held, Fences: fences})
+	defer w.unlock(ctx, le, Event{Round: n, Keys: held, Fences: fences})
 	db, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if !w.readCart(db, n, lines) {
 		return
 	}
-	w.hold(ctx, Event{Round: n, Keys: held, Fences: fences, Until: wallUntil(lease)})
+	w.hold(ctx, Event{Round: n, Keys: held, Fences: fences, Until: wallUntil(le)})
 	w.writeCart(db, n, lines)
 }
 

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -10,6 +9,7 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/devtools/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/etcdlock"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -29,53 +29,9 @@ var Locks = []string{LockQuorum, LockEtcd}
 // etcdPrefix is the key prefix of the workers' etcd locks.
 const etcdPrefix = "chaos/"
 
-// lockAPI is what the workload needs of a lock: the lease API that quorum
-// and etcdlock share.
-type lockAPI interface {
-	Lock(ctx context.Context, key string) (leaseAPI, error)
-	LockMulti(ctx context.Context, keys ...string) (leaseAPI, error)
-}
-
-// leaseAPI is what the workload needs of a lease.
-type leaseAPI interface {
-	Keys() []string
-	Fence() int64
-	FenceOf(key string) int64
-	Until() time.Time
-	Unlock(ctx context.Context) error
-}
-
 // wallUntil is the validity end of l on the wall clock that the processes
 // share, in Unix nanoseconds.
-func wallUntil(l leaseAPI) int64 { return time.Now().Add(time.Until(l.Until())).UnixNano() }
-
-// asLease keeps a failed acquisition's lease a nil interface.
-func asLease[L leaseAPI](l L, err error) (leaseAPI, error) {
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-type quorumLocker struct{ *quorum.Locker }
-
-func (l quorumLocker) Lock(ctx context.Context, key string) (leaseAPI, error) {
-	return asLease(l.Locker.Lock(ctx, key))
-}
-
-func (l quorumLocker) LockMulti(ctx context.Context, keys ...string) (leaseAPI, error) {
-	return asLease(l.Locker.LockMulti(ctx, keys...))
-}
-
-type etcdLocker struct{ *etcdlock.Locker }
-
-func (l etcdLocker) Lock(ctx context.Context, key string) (leaseAPI, error) {
-	return asLease(l.Locker.Lock(ctx, key))
-}
-
-func (l etcdLocker) LockMulti(ctx context.Context, keys ...string) (leaseAPI, error) {
-	return asLease(l.Locker.LockMulti(ctx, keys...))
-}
+func wallUntil(l lease.Lease) int64 { return time.Now().Add(time.Until(l.Until())).UnixNano() }
 
 // hasServers reports whether cfg names the servers of its lock.
 func (cfg WorkerConfig) hasServers() bool {
@@ -95,7 +51,7 @@ func (cfg WorkerConfig) nodeTimeout() time.Duration {
 // newLocker builds the worker's locker on clients of its own; closing it
 // closes the locker, then the clients. fencer issues quorum's fences; an
 // etcd lease's fence is its revision.
-func newLocker(cfg WorkerConfig, fencer quorum.Fencer) (lockAPI, func(), error) {
+func newLocker(cfg WorkerConfig, fencer lease.Fencer) (lease.Locker, func(), error) {
 	if cfg.Lock == LockEtcd {
 		return newEtcdLocker(cfg)
 	}
@@ -115,12 +71,12 @@ func newLocker(cfg WorkerConfig, fencer quorum.Fencer) (lockAPI, func(), error) 
 		closeClients()
 		return nil, nil, err
 	}
-	return quorumLocker{l}, func() { _ = l.Close(); closeClients() }, nil
+	return l, func() { _ = l.Close(); closeClients() }, nil
 }
 
 // newEtcdLocker builds an etcdlock Locker on a client of every member, as
 // the bed recommends it (etcdbed.Config).
-func newEtcdLocker(cfg WorkerConfig) (lockAPI, func(), error) {
+func newEtcdLocker(cfg WorkerConfig) (lease.Locker, func(), error) {
 	cli, err := clientv3.New(etcdbed.Config(cfg.Etcd...))
 	if err != nil {
 		return nil, nil, err
@@ -131,5 +87,5 @@ func newEtcdLocker(cfg WorkerConfig) (lockAPI, func(), error) {
 		_ = cli.Close()
 		return nil, nil, err
 	}
-	return etcdLocker{l}, func() { _ = l.Close(); _ = cli.Close() }, nil
+	return l, func() { _ = l.Close(); _ = cli.Close() }, nil
 }

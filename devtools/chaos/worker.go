@@ -21,6 +21,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/internal/wait"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // EnvWorker carries a worker's configuration, as JSON, to a worker process.
@@ -270,7 +271,7 @@ type worker struct {
 	out    io.Writer
 	pool   *pgxpool.Pool
 	table  *fencing.Table
-	locker lockAPI
+	locker lease.Locker
 	rng    *rand.Rand
 
 	mu  sync.Mutex
@@ -308,17 +309,17 @@ func result(err error) (string, string) {
 // would hide exactly the fault the run looks for.
 func (w *worker) round(ctx context.Context, n int) {
 	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseCall})
-	lease, err := w.locker.Lock(ctx, LockKey)
+	le, err := w.locker.Lock(ctx, LockKey)
 	if err != nil {
 		r, msg := result(err)
 		w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: r, Err: msg})
 		_ = wait.Sleep(ctx, 5*time.Millisecond)
 		return
 	}
-	until := wallUntil(lease)
-	fence := lease.Fence()
+	until := wallUntil(le)
+	fence := le.Fence()
 	w.emit(Event{Round: n, Op: OpLock, Phase: PhaseReturn, Result: ResultOK, Fence: fence, Until: until})
-	defer w.unlock(ctx, lease, Event{Round: n, Fence: fence})
+	defer w.unlock(ctx, le, Event{Round: n, Fence: fence})
 	db, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 
@@ -335,7 +336,7 @@ func (w *worker) round(ctx context.Context, n int) {
 		return
 	}
 
-	w.hold(ctx, Event{Round: n, Fence: fence, Until: wallUntil(lease)})
+	w.hold(ctx, Event{Round: n, Fence: fence, Until: wallUntil(le)})
 
 	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseCall, Fence: fence, Value: v - 1})
 	err = w.write(db, fence, v)
@@ -343,15 +344,15 @@ func (w *worker) round(ctx context.Context, n int) {
 	w.emit(Event{Round: n, Op: OpWrite, Phase: PhaseReturn, Fence: fence, Value: v - 1, Result: r, Err: msg})
 }
 
-// unlock releases lease at the end of a round; e carries the round and its
+// unlock releases le at the end of a round; e carries the round and its
 // fences. The call carries the lease's validity end as the holder sees it
 // then: an etcd session's keep-alive moves it on while the lease is held.
-func (w *worker) unlock(ctx context.Context, lease leaseAPI, e Event) {
-	e.Op, e.Phase, e.Until = OpUnlock, PhaseCall, wallUntil(lease)
+func (w *worker) unlock(ctx context.Context, le lease.Lease, e Event) {
+	e.Op, e.Phase, e.Until = OpUnlock, PhaseCall, wallUntil(le)
 	w.emit(e)
 	e.Until = 0
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.TTL)
-	err := lease.Unlock(uctx)
+	err := le.Unlock(uctx)
 	cancel()
 	e.Phase = PhaseReturn
 	e.Result, e.Err = result(err)

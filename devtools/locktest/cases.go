@@ -10,27 +10,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 func (s suite) unlockEndsTheLeaseOnce(t *testing.T) {
 	l := s.locker(t, time.Minute)
-	lease := must(t)(l.Lock(ctxT(t, time.Minute), t.Name()))
-	if err := lease.Err(); err != nil {
+	le := must(t)(l.Lock(ctxT(t, time.Minute), t.Name()))
+	if err := le.Err(); err != nil {
 		t.Fatalf("Err of a held lease: %v", err)
 	}
-	if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+	if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-lease.Lost():
+	case <-le.Lost():
 	default:
 		t.Fatal("Lost is open after Unlock")
 	}
-	if !errors.Is(lease.Err(), quorum.ErrReleased) {
-		t.Fatalf("Err after Unlock: %v, want ErrReleased", lease.Err())
+	if !errors.Is(le.Err(), lease.ErrReleased) {
+		t.Fatalf("Err after Unlock: %v, want ErrReleased", le.Err())
 	}
-	if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+	if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 		t.Fatalf("a second Unlock: %v", err)
 	}
 }
@@ -38,25 +38,25 @@ func (s suite) unlockEndsTheLeaseOnce(t *testing.T) {
 // fencesIncrease: successive holders of a key, on several Lockers, get
 // strictly increasing fences, for single and multi-key leases alike.
 func (s suite) fencesIncrease(t *testing.T) {
-	ls := []Locker{s.locker(t, time.Minute), s.locker(t, time.Minute)}
+	ls := []lease.Locker{s.locker(t, time.Minute), s.locker(t, time.Minute)}
 	k, other := t.Name()+":a", t.Name()+":b"
 	var last, lastOther int64
 	for i := range 8 {
-		var lease Lease
+		var le lease.Lease
 		if i%3 == 2 {
-			lease = must(t)(ls[i%2].LockMulti(ctxT(t, time.Minute), other, k))
-			if f := lease.FenceOf(other); f <= lastOther {
+			le = must(t)(ls[i%2].LockMulti(ctxT(t, time.Minute), other, k))
+			if f := le.FenceOf(other); f <= lastOther {
 				t.Fatalf("holder %d: fence %d of %s after %d", i, f, other, lastOther)
 			}
-			lastOther = lease.FenceOf(other)
+			lastOther = le.FenceOf(other)
 		} else {
-			lease = must(t)(ls[i%2].Lock(ctxT(t, time.Minute), k))
+			le = must(t)(ls[i%2].Lock(ctxT(t, time.Minute), k))
 		}
-		if f := lease.FenceOf(k); f <= last || (lease.Key() == k && lease.Fence() != f) {
-			t.Fatalf("holder %d: fence %d (Fence %d) after %d", i, f, lease.Fence(), last)
+		if f := le.FenceOf(k); f <= last || (le.Key() == k && le.Fence() != f) {
+			t.Fatalf("holder %d: fence %d (Fence %d) after %d", i, f, le.Fence(), last)
 		}
-		last = lease.FenceOf(k)
-		if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+		last = le.FenceOf(k)
+		if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,7 +67,7 @@ func (s suite) lockGivesUp(t *testing.T) {
 	held := must(t)(a.Lock(ctxT(t, time.Minute), t.Name()))
 	start := time.Now()
 	_, err := b.Lock(ctxT(t, time.Minute), t.Name())
-	if !errors.Is(err, quorum.ErrNotAcquired) {
+	if !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("Lock of a key held past the wait: %v, want ErrNotAcquired", err)
 	}
 	if d := time.Since(start); d < time.Second || d > 30*time.Second {
@@ -93,34 +93,34 @@ func (s suite) contextError(t *testing.T) {
 
 func (s suite) extendKeeps(t *testing.T) {
 	l := s.locker(t, time.Minute)
-	lease := must(t)(l.Lock(ctxT(t, time.Minute), t.Name()))
-	defer func() { _ = lease.Unlock(ctxT(t, time.Minute)) }()
-	before := lease.Until()
+	le := must(t)(l.Lock(ctxT(t, time.Minute), t.Name()))
+	defer func() { _ = le.Unlock(ctxT(t, time.Minute)) }()
+	before := le.Until()
 	time.Sleep(10 * time.Millisecond)
-	if err := lease.Extend(ctxT(t, time.Minute), s.b.TTL); err != nil {
+	if err := le.Extend(ctxT(t, time.Minute), s.b.TTL); err != nil {
 		t.Fatal(err)
 	}
-	if !lease.Until().After(before) || lease.Err() != nil {
-		t.Fatalf("Until %v after Extend, was %v; Err %v", lease.Until(), before, lease.Err())
+	if !le.Until().After(before) || le.Err() != nil {
+		t.Fatalf("Until %v after Extend, was %v; Err %v", le.Until(), before, le.Err())
 	}
 }
 
 func (s suite) forgottenIsLost(t *testing.T) {
 	l := s.locker(t, time.Minute)
-	lease := must(t)(l.LockMulti(ctxT(t, time.Minute), t.Name()+":a", t.Name()+":b"))
-	s.b.Drop(t, lease)
-	if err := lease.Extend(ctxT(t, time.Minute), s.b.TTL); !errors.Is(err, quorum.ErrLeaseLost) {
+	le := must(t)(l.LockMulti(ctxT(t, time.Minute), t.Name()+":a", t.Name()+":b"))
+	s.b.Drop(t, le)
+	if err := le.Extend(ctxT(t, time.Minute), s.b.TTL); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("Extend of a forgotten lease: %v, want ErrLeaseLost", err)
 	}
 	select {
-	case <-lease.Lost():
+	case <-le.Lost():
 	case <-time.After(time.Minute):
 		t.Fatal("Lost still open after the loss")
 	}
-	if !errors.Is(lease.Err(), quorum.ErrLeaseLost) {
-		t.Fatalf("Err %v, want ErrLeaseLost", lease.Err())
+	if !errors.Is(le.Err(), lease.ErrLeaseLost) {
+		t.Fatalf("Err %v, want ErrLeaseLost", le.Err())
 	}
-	_ = lease.Unlock(ctxT(t, time.Minute))
+	_ = le.Unlock(ctxT(t, time.Minute))
 	// The keys are free for the next owner.
 	got := must(t)(s.locker(t, time.Minute).TryLockMulti(ctxT(t, time.Minute), t.Name()+":b", t.Name()+":a"))
 	_ = got.Unlock(ctxT(t, time.Minute))
@@ -129,8 +129,8 @@ func (s suite) forgottenIsLost(t *testing.T) {
 func (s suite) doRunsAndReleases(t *testing.T) {
 	l := s.locker(t, time.Minute)
 	ran := false
-	err := l.Do(ctxT(t, time.Minute), t.Name(), func(ctx context.Context, lease Lease) error {
-		ran = lease.Key() == t.Name() && lease.Err() == nil
+	err := l.Do(ctxT(t, time.Minute), t.Name(), func(ctx context.Context, le lease.Lease) error {
+		ran = le.Key() == t.Name() && le.Err() == nil
 		return errors.New("fn failed")
 	})
 	if !ran || err == nil || err.Error() != "fn failed" {
@@ -142,24 +142,47 @@ func (s suite) doRunsAndReleases(t *testing.T) {
 
 func (s suite) doCancelsOnLoss(t *testing.T) {
 	l := s.locker(t, time.Minute)
-	err := l.Do(ctxT(t, 2*time.Minute), t.Name(), func(ctx context.Context, lease Lease) error {
-		s.b.Drop(t, lease)
+	err := l.Do(ctxT(t, 2*time.Minute), t.Name(), func(ctx context.Context, le lease.Lease) error {
+		s.b.Drop(t, le)
 		<-ctx.Done()
-		if !errors.Is(context.Cause(ctx), quorum.ErrLeaseLost) {
+		if !errors.Is(context.Cause(ctx), lease.ErrLeaseLost) {
 			return fmt.Errorf("fn's context ended with %w", context.Cause(ctx))
 		}
 		return nil
 	})
-	if !errors.Is(err, quorum.ErrLeaseLost) {
+	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("Do after the loss: %v, want ErrLeaseLost", err)
 	}
+}
+
+// doMultiHoldsEveryKey: DoMulti's fn runs holding every key (another Locker
+// is refused each), and the keys are free again once DoMulti returns.
+func (s suite) doMultiHoldsEveryKey(t *testing.T) {
+	l, other := s.locker(t, time.Minute), s.locker(t, time.Minute)
+	k := []string{t.Name() + ":a", t.Name() + ":b"}
+	err := l.DoMulti(ctxT(t, time.Minute), []string{k[1], k[0]}, func(ctx context.Context, le lease.Lease) error {
+		if !slices.Equal(le.Keys(), k) {
+			return fmt.Errorf("keys %q, want %q", le.Keys(), k)
+		}
+		for _, key := range k {
+			if _, err := other.TryLock(ctx, key); !errors.Is(err, lease.ErrNotAcquired) {
+				return fmt.Errorf("TryLock of %s inside DoMulti: %v, want ErrNotAcquired", key, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := must(t)(other.TryLockMulti(ctxT(t, time.Minute), k...))
+	_ = got.Unlock(ctxT(t, time.Minute))
 }
 
 func (s suite) multiAllOrNothing(t *testing.T) {
 	a, b := s.locker(t, time.Minute), s.locker(t, time.Minute)
 	k := []string{t.Name() + ":1", t.Name() + ":2", t.Name() + ":3"}
 	held := must(t)(a.TryLock(ctxT(t, time.Minute), k[1]))
-	if _, err := b.TryLockMulti(ctxT(t, time.Minute), k...); !errors.Is(err, quorum.ErrNotAcquired) {
+	if _, err := b.TryLockMulti(ctxT(t, time.Minute), k...); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("TryLockMulti with one key held: %v, want ErrNotAcquired", err)
 	}
 	// The refused lease left the other keys free.
@@ -168,11 +191,11 @@ func (s suite) multiAllOrNothing(t *testing.T) {
 		_ = got.Unlock(ctxT(t, time.Minute))
 	}
 	_ = held.Unlock(ctxT(t, time.Minute))
-	lease := must(t)(b.TryLockMulti(ctxT(t, time.Minute), k[2], k[0], k[1]))
-	if !slices.Equal(lease.Keys(), k) {
-		t.Fatalf("Keys %q, want %q", lease.Keys(), k)
+	le := must(t)(b.TryLockMulti(ctxT(t, time.Minute), k[2], k[0], k[1]))
+	if !slices.Equal(le.Keys(), k) {
+		t.Fatalf("Keys %q, want %q", le.Keys(), k)
 	}
-	_ = lease.Unlock(ctxT(t, time.Minute))
+	_ = le.Unlock(ctxT(t, time.Minute))
 }
 
 func (s suite) multiOpposite(t *testing.T) {
@@ -186,7 +209,7 @@ func (s suite) multiOpposite(t *testing.T) {
 		wg.Go(func() {
 			for i := range 6 {
 				set := sets[(w+i)%len(sets)]
-				lease, err := l.LockMulti(ctxT(t, 2*time.Minute), set...)
+				le, err := l.LockMulti(ctxT(t, 2*time.Minute), set...)
 				if err != nil {
 					t.Error(err)
 					return
@@ -200,7 +223,7 @@ func (s suite) multiOpposite(t *testing.T) {
 				for _, k := range set {
 					inside[slices.Index(keys, k)].Add(-1)
 				}
-				_ = lease.Unlock(ctxT(t, time.Minute))
+				_ = le.Unlock(ctxT(t, time.Minute))
 			}
 		})
 	}
@@ -220,7 +243,7 @@ func (s suite) closedAndBadInput(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Lock(ctxT(t, time.Minute), t.Name()); !errors.Is(err, quorum.ErrClosed) {
+	if _, err := l.Lock(ctxT(t, time.Minute), t.Name()); !errors.Is(err, lease.ErrClosed) {
 		t.Fatalf("Lock after Close: %v, want ErrClosed", err)
 	}
 }

@@ -1,5 +1,5 @@
 // Package locktest is the lock's conformance suite: one set of tests that
-// every backend of the lease API (quorum's Redlock, etcdlock) must pass,
+// every implementation of lease.Locker (quorum's Redlock, etcdlock) must pass,
 // against real servers. A backend's test calls Run with a Backend that
 // makes Lockers on its servers and can make the servers forget a lease.
 package locktest
@@ -12,41 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
-
-// Lease is the lease API both backends share.
-type Lease interface {
-	Key() string
-	Keys() []string
-	Fence() int64
-	FenceOf(key string) int64
-	Until() time.Time
-	Lost() <-chan struct{}
-	Err() error
-	Extend(ctx context.Context, ttl time.Duration) error
-	Unlock(ctx context.Context) error
-}
-
-// Locker is the locker API both backends share.
-type Locker interface {
-	Lock(ctx context.Context, key string) (Lease, error)
-	TryLock(ctx context.Context, key string) (Lease, error)
-	LockMulti(ctx context.Context, keys ...string) (Lease, error)
-	TryLockMulti(ctx context.Context, keys ...string) (Lease, error)
-	Do(ctx context.Context, key string, fn func(ctx context.Context, lease Lease) error) error
-	Close() error
-}
 
 // Backend is one implementation under test.
 type Backend struct {
 	// New returns a Locker of its own on the backend's servers (as another
 	// process would have), with the TTL and the wait bound given; the
 	// test closes it.
-	New func(t *testing.T, ttl, maxWait time.Duration) Locker
+	New func(t *testing.T, ttl, maxWait time.Duration) lease.Locker
 	// Drop makes the servers forget lease, as a restart or an expiry
 	// would: Redis keys deleted on a majority, an etcd lease revoked.
-	Drop func(t *testing.T, lease Lease)
+	Drop func(t *testing.T, le lease.Lease)
 	// TTL is a lease length the backend accepts and the machine can keep
 	// alive under load.
 	TTL time.Duration
@@ -65,6 +42,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("AForgottenLeaseIsLost", s.forgottenIsLost)
 	t.Run("DoRunsAndReleases", s.doRunsAndReleases)
 	t.Run("DoCancelsFnWhenTheLeaseIsLost", s.doCancelsOnLoss)
+	t.Run("DoMultiHoldsEveryKey", s.doMultiHoldsEveryKey)
 	t.Run("MultiKeyIsAllOrNothing", s.multiAllOrNothing)
 	t.Run("MultiKeyOppositeOrdersNeitherDeadlockNorOverlap", s.multiOpposite)
 	t.Run("ClosedAndBadInput", s.closedAndBadInput)
@@ -78,20 +56,20 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func (s suite) locker(t *testing.T, maxWait time.Duration) Locker {
+func (s suite) locker(t *testing.T, maxWait time.Duration) lease.Locker {
 	l := s.b.New(t, s.b.TTL, maxWait)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 
 // must fails the test on an acquisition error: must(t)(l.Lock(ctx, k)).
-func must(t *testing.T) func(Lease, error) Lease {
-	return func(lease Lease, err error) Lease {
+func must(t *testing.T) func(lease.Lease, error) lease.Lease {
+	return func(le lease.Lease, err error) lease.Lease {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return lease
+		return le
 	}
 }
 
@@ -103,7 +81,7 @@ func (s suite) mutualExclusion(t *testing.T) {
 		for range 3 {
 			wg.Go(func() {
 				for range 8 {
-					lease, err := l.Lock(ctxT(t, 2*time.Minute), t.Name())
+					le, err := l.Lock(ctxT(t, 2*time.Minute), t.Name())
 					if err != nil {
 						t.Error(err)
 						return
@@ -113,7 +91,7 @@ func (s suite) mutualExclusion(t *testing.T) {
 					}
 					time.Sleep(time.Millisecond)
 					inside.Add(-1)
-					if err := lease.Unlock(ctxT(t, time.Minute)); err != nil {
+					if err := le.Unlock(ctxT(t, time.Minute)); err != nil {
 						t.Error(err)
 					}
 					done.Add(1)
@@ -130,7 +108,7 @@ func (s suite) mutualExclusion(t *testing.T) {
 func (s suite) tryLockWhileHeld(t *testing.T) {
 	a, b := s.locker(t, time.Minute), s.locker(t, time.Minute)
 	held := must(t)(a.TryLock(ctxT(t, time.Minute), t.Name()))
-	if _, err := b.TryLock(ctxT(t, time.Minute), t.Name()); !errors.Is(err, quorum.ErrNotAcquired) {
+	if _, err := b.TryLock(ctxT(t, time.Minute), t.Name()); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("TryLock of a held key: %v, want ErrNotAcquired", err)
 	}
 	if err := held.Unlock(ctxT(t, time.Minute)); err != nil {

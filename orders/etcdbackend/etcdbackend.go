@@ -9,11 +9,11 @@ import (
 	"strings"
 
 	"github.com/quorumlock/quorumlock/etcdlock"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Locker adapts l to orders.Locker. Its errors match quorum's sentinels,
+// Locker adapts l to orders.Locker. Its errors match package lease's sentinels,
 // so they map to the orders ones as orders.QuorumLocker's do. Give it the
 // same fencing.Reserver (etcdlock.WithFencer) as the quorum backend: the
 // stock rows are also written by transactions that arbitrate without the
@@ -28,15 +28,15 @@ func (e locker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) 
 	if err != nil {
 		return nil, orders.LockError(err)
 	}
-	return lease{l}, nil
+	return heldLease{l}, nil
 }
 
-type lease struct{ l *etcdlock.Lease }
+type heldLease struct{ l lease.Lease }
 
-func (e lease) FenceOf(key string) int64 { return e.l.FenceOf(key) }
+func (e heldLease) FenceOf(key string) int64 { return e.l.FenceOf(key) }
 
-func (e lease) Unlock(ctx context.Context) error { return orders.UnlockError(e.l.Unlock(ctx)) }
+func (e heldLease) Unlock(ctx context.Context) error { return orders.UnlockError(e.l.Unlock(ctx)) }
 
-func (e lease) Detail() orders.LeaseDetail {
-	return orders.LeaseDetail{Key: strings.Join(e.l.Keys(), ","), TokenDigest: quorum.TokenDigest(e.l.Token()), Fence: e.l.Fence(), Until: e.l.Until()}
+func (e heldLease) Detail() orders.LeaseDetail {
+	return orders.LeaseDetail{Key: strings.Join(e.l.Keys(), ","), TokenDigest: lease.TokenDigest(e.l.Token()), Fence: e.l.Fence(), Until: e.l.Until()}
 }

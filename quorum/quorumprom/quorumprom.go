@@ -1,9 +1,12 @@
-// Package quorumprom exports the events of a quorum.Locker as Prometheus
-// metrics. It is the only place where the lock meets Prometheus: package
-// quorum itself depends on go-redis and the standard library alone.
+// Package quorumprom exports the events of a lease.Observer as Prometheus
+// metrics, for either locker (quorum or etcdlock): it imports package lease,
+// not the lockers, so an etcdlock user links no go-redis through it. It is
+// the only place where the locks meet Prometheus: packages quorum and
+// etcdlock depend on their client and the standard library alone.
 //
 //	obs, err := quorumprom.New(prometheus.DefaultRegisterer)
 //	l, err := quorum.New(nodes, quorum.WithObserver(obs))
+//	l, err := etcdlock.New(cli, etcdlock.WithObserver(obs))
 //
 // Metrics (namespace "quorumlock" unless WithNamespace says otherwise):
 //
@@ -30,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quorumlock/quorumlock/internal/option"
-	"github.com/quorumlock/quorumlock/quorum"
+	"github.com/quorumlock/quorumlock/lease"
 )
 
 // Option configures the metrics.
@@ -57,17 +60,17 @@ func WithBuckets(b []float64) Option { return func(o *options) error { o.buckets
 
 var defaultBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5}
 
-// Results, reasons and operations, in the order of their quorum constants.
+// Results and reasons, in the order of their lease constants.
 var (
-	results = []quorum.Result{quorum.ResultAcquired, quorum.ResultNotAcquired, quorum.ResultUnavailable, quorum.ResultCanceled, quorum.ResultError}
-	reasons = []quorum.LostReason{quorum.LostExpired, quorum.LostExtendFailed}
+	results = []lease.Result{lease.ResultAcquired, lease.ResultNotAcquired, lease.ResultUnavailable, lease.ResultCanceled, lease.ResultError}
+	reasons = []lease.LostReason{lease.LostExpired, lease.LostExtendFailed}
 )
 
-// Observer is a quorum.Observer that updates Prometheus metrics. It is safe
-// for concurrent use.
+// Observer is a lease.Observer, for a quorum or an etcdlock Locker, that
+// updates Prometheus metrics. It is safe for concurrent use.
 type Observer struct {
-	acquireTotal      map[quorum.Result]prometheus.Counter
-	acquireDuration   map[quorum.Result]prometheus.Observer
+	acquireTotal      map[lease.Result]prometheus.Counter
+	acquireDuration   map[lease.Result]prometheus.Observer
 	attempts          prometheus.Histogram
 	nodeErrors        *prometheus.CounterVec
 	extendOK          prometheus.Counter
@@ -78,11 +81,11 @@ type Observer struct {
 	released          prometheus.Counter
 	notOwner          prometheus.Counter
 	releaseFailed     prometheus.Counter
-	lost              map[quorum.LostReason]prometheus.Counter
+	lost              map[lease.LostReason]prometheus.Counter
 	heldSeconds       prometheus.Histogram
 }
 
-var _ quorum.Observer = (*Observer)(nil)
+var _ lease.Observer = (*Observer)(nil)
 
 // errInvalid is what a refused option wraps.
 var errInvalid = errors.New("quorumprom: invalid option")
@@ -100,59 +103,89 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	if len(o.buckets) == 0 {
 		return nil, errors.New("quorumprom: no histogram buckets")
 	}
-	opts2 := func(name, help string) prometheus.Opts {
-		return prometheus.Opts{Namespace: o.namespace, Name: name, Help: help, ConstLabels: o.constLabels}
-	}
-	hist := func(name, help string, buckets []float64) prometheus.HistogramOpts {
-		return prometheus.HistogramOpts{Namespace: o.namespace, Name: name, Help: help, ConstLabels: o.constLabels, Buckets: buckets}
-	}
-
-	acquireTotal := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("acquire_total", "Acquisitions (Lock, TryLock, Do) by result.")), []string{"result"})
-	acquireDuration := prometheus.NewHistogramVec(hist("acquire_duration_seconds", "Time spent acquiring, retries included, by result.", o.buckets), []string{"result"})
-	attempts := prometheus.NewHistogram(hist("acquire_attempts", "Attempts per acquisition.", []float64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89}))
-	nodeErrors := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("node_errors_total", "Failed node requests by operation and node.")), []string{"op", "node"})
-	extendTotal := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("extend_total", "Extensions by result: ok, lost (the lease is lost), unconfirmed (no majority answered; the lease is kept, possibly shortened), canceled.")), []string{"result"})
-	extendDuration := prometheus.NewHistogram(hist("extend_duration_seconds", "Time an extension took.", o.buckets))
-	releaseNodes := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("release_nodes_total", "Node answers to releases: released, not_owner (the key had expired or belonged to another owner), failed.")), []string{"result"})
-	lost := prometheus.NewCounterVec(prometheus.CounterOpts(opts2("lease_lost_total", "Leases lost while held, by reason.")), []string{"reason"})
-	heldSeconds := prometheus.NewHistogram(hist("lease_held_seconds", "How long lost leases had been held.", prometheus.ExponentialBuckets(0.01, 4, 10)))
-
-	for _, c := range []prometheus.Collector{acquireTotal, acquireDuration, attempts, nodeErrors, extendTotal, extendDuration, releaseNodes, lost, heldSeconds} {
+	m := o.metrics()
+	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("quorumprom: register: %w", err)
 		}
 	}
+	return m.observer(), nil
+}
 
-	obs := &Observer{
-		acquireTotal:      map[quorum.Result]prometheus.Counter{},
-		acquireDuration:   map[quorum.Result]prometheus.Observer{},
-		attempts:          attempts,
-		nodeErrors:        nodeErrors,
-		extendOK:          extendTotal.WithLabelValues("ok"),
-		extendLost:        extendTotal.WithLabelValues("lost"),
-		extendCanceled:    extendTotal.WithLabelValues("canceled"),
-		extendUnconfirmed: extendTotal.WithLabelValues("unconfirmed"),
-		extendDuration:    extendDuration,
-		released:          releaseNodes.WithLabelValues("released"),
-		notOwner:          releaseNodes.WithLabelValues("not_owner"),
-		releaseFailed:     releaseNodes.WithLabelValues("failed"),
-		lost:              map[quorum.LostReason]prometheus.Counter{},
-		heldSeconds:       heldSeconds,
+// metrics are the collectors, before their label values are resolved.
+type metrics struct {
+	acquireTotal    *prometheus.CounterVec
+	acquireDuration *prometheus.HistogramVec
+	attempts        prometheus.Histogram
+	nodeErrors      *prometheus.CounterVec
+	extendTotal     *prometheus.CounterVec
+	extendDuration  prometheus.Histogram
+	releaseNodes    *prometheus.CounterVec
+	lost            *prometheus.CounterVec
+	heldSeconds     prometheus.Histogram
+}
+
+// counter returns the options of a counter vector.
+func (o *options) counter(name, help string) prometheus.CounterOpts {
+	return prometheus.CounterOpts{Namespace: o.namespace, Name: name, Help: help, ConstLabels: o.constLabels}
+}
+
+// histogram returns the options of a histogram.
+func (o *options) histogram(name, help string, buckets []float64) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{Namespace: o.namespace, Name: name, Help: help, ConstLabels: o.constLabels, Buckets: buckets}
+}
+
+// metrics creates the collectors.
+func (o *options) metrics() metrics {
+	return metrics{
+		acquireTotal:    prometheus.NewCounterVec(o.counter("acquire_total", "Acquisitions (Lock, TryLock, Do) by result."), []string{"result"}),
+		acquireDuration: prometheus.NewHistogramVec(o.histogram("acquire_duration_seconds", "Time spent acquiring, retries included, by result.", o.buckets), []string{"result"}),
+		attempts:        prometheus.NewHistogram(o.histogram("acquire_attempts", "Attempts per acquisition.", []float64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89})),
+		nodeErrors:      prometheus.NewCounterVec(o.counter("node_errors_total", "Failed node requests by operation and node."), []string{"op", "node"}),
+		extendTotal:     prometheus.NewCounterVec(o.counter("extend_total", "Extensions by result: ok, lost (the lease is lost), unconfirmed (no majority answered; the lease is kept, possibly shortened), canceled."), []string{"result"}),
+		extendDuration:  prometheus.NewHistogram(o.histogram("extend_duration_seconds", "Time an extension took.", o.buckets)),
+		releaseNodes:    prometheus.NewCounterVec(o.counter("release_nodes_total", "Node answers to releases: released, not_owner (the key had expired or belonged to another owner), failed."), []string{"result"}),
+		lost:            prometheus.NewCounterVec(o.counter("lease_lost_total", "Leases lost while held, by reason."), []string{"reason"}),
+		heldSeconds:     prometheus.NewHistogram(o.histogram("lease_held_seconds", "How long lost leases had been held.", prometheus.ExponentialBuckets(0.01, 4, 10))),
 	}
-	// Resolve every label value once, so that events never allocate and
-	// every series exists (at zero) from the start.
+}
+
+// collectors lists the collectors to register.
+func (m metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.acquireTotal, m.acquireDuration, m.attempts, m.nodeErrors, m.extendTotal, m.extendDuration, m.releaseNodes, m.lost, m.heldSeconds}
+}
+
+// observer resolves every label value once, so that events never allocate
+// and every series exists (at zero) from the start.
+func (m metrics) observer() *Observer {
+	obs := &Observer{
+		acquireTotal:      map[lease.Result]prometheus.Counter{},
+		acquireDuration:   map[lease.Result]prometheus.Observer{},
+		attempts:          m.attempts,
+		nodeErrors:        m.nodeErrors,
+		extendOK:          m.extendTotal.WithLabelValues("ok"),
+		extendLost:        m.extendTotal.WithLabelValues("lost"),
+		extendCanceled:    m.extendTotal.WithLabelValues("canceled"),
+		extendUnconfirmed: m.extendTotal.WithLabelValues("unconfirmed"),
+		extendDuration:    m.extendDuration,
+		released:          m.releaseNodes.WithLabelValues("released"),
+		notOwner:          m.releaseNodes.WithLabelValues("not_owner"),
+		releaseFailed:     m.releaseNodes.WithLabelValues("failed"),
+		lost:              map[lease.LostReason]prometheus.Counter{},
+		heldSeconds:       m.heldSeconds,
+	}
 	for _, r := range results {
-		obs.acquireTotal[r] = acquireTotal.WithLabelValues(r.String())
-		obs.acquireDuration[r] = acquireDuration.WithLabelValues(r.String())
+		obs.acquireTotal[r] = m.acquireTotal.WithLabelValues(r.String())
+		obs.acquireDuration[r] = m.acquireDuration.WithLabelValues(r.String())
 	}
 	for _, r := range reasons {
-		obs.lost[r] = lost.WithLabelValues(r.String())
+		obs.lost[r] = m.lost.WithLabelValues(r.String())
 	}
-	return obs, nil
+	return obs
 }
 
 // ObserveAcquire counts the acquisition and records its duration and attempts.
-func (o *Observer) ObserveAcquire(e quorum.AcquireEvent) {
+func (o *Observer) ObserveAcquire(e lease.AcquireEvent) {
 	if c, ok := o.acquireTotal[e.Result]; ok {
 		c.Inc()
 		o.acquireDuration[e.Result].Observe(e.Duration.Seconds())
@@ -161,20 +194,20 @@ func (o *Observer) ObserveAcquire(e quorum.AcquireEvent) {
 }
 
 // ObserveNodeError counts a failed node request.
-func (o *Observer) ObserveNodeError(e quorum.NodeEvent) {
+func (o *Observer) ObserveNodeError(e lease.NodeEvent) {
 	node := e.Addr
 	if node == "" {
 		node = strconv.Itoa(e.Node)
 	}
-	o.nodeErrors.WithLabelValues(e.Op.String(), node).Inc()
+	o.nodeErrors.WithLabelValues(e.Op, node).Inc()
 }
 
 // ObserveExtend counts an extension by result and records its duration.
-func (o *Observer) ObserveExtend(e quorum.ExtendEvent) {
+func (o *Observer) ObserveExtend(e lease.ExtendEvent) {
 	switch {
 	case e.Err == nil:
 		o.extendOK.Inc()
-	case errors.Is(e.Err, quorum.ErrLeaseLost):
+	case errors.Is(e.Err, lease.ErrLeaseLost):
 		o.extendLost.Inc()
 	case errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
 		o.extendCanceled.Inc()
@@ -185,14 +218,14 @@ func (o *Observer) ObserveExtend(e quorum.ExtendEvent) {
 }
 
 // ObserveRelease counts the node answers of a release.
-func (o *Observer) ObserveRelease(e quorum.ReleaseEvent) {
+func (o *Observer) ObserveRelease(e lease.ReleaseEvent) {
 	o.released.Add(float64(e.Released))
 	o.notOwner.Add(float64(e.NotOwner))
 	o.releaseFailed.Add(float64(e.Failed))
 }
 
 // ObserveLost counts a lost lease and records how long it was held.
-func (o *Observer) ObserveLost(e quorum.LostEvent) {
+func (o *Observer) ObserveLost(e lease.LostEvent) {
 	if c, ok := o.lost[e.Reason]; ok {
 		c.Inc()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 	"github.com/quorumlock/quorumlock/quorum/quorumprom"
 )
@@ -31,19 +32,19 @@ func TestEventsBecomeMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.ObserveAcquire(quorum.AcquireEvent{Key: "k", Attempts: 1, Duration: time.Millisecond, Result: quorum.ResultAcquired})
-	o.ObserveAcquire(quorum.AcquireEvent{Key: "k", Attempts: 4, Duration: 30 * time.Millisecond, Result: quorum.ResultNotAcquired, Err: quorum.ErrNotAcquired})
-	o.ObserveAcquire(quorum.AcquireEvent{Key: "k", Attempts: 2, Duration: time.Second, Result: quorum.ResultUnavailable, Err: quorum.ErrQuorumUnavailable})
-	o.ObserveNodeError(quorum.NodeEvent{Op: quorum.OpAcquire, Key: "k", Node: 2, Addr: "10.0.0.3:6379", Err: context.DeadlineExceeded})
-	o.ObserveNodeError(quorum.NodeEvent{Op: quorum.OpAcquire, Key: "k", Node: 2, Addr: "10.0.0.3:6379", Err: context.DeadlineExceeded})
-	o.ObserveNodeError(quorum.NodeEvent{Op: quorum.OpRelease, Key: "k", Node: 4, Err: errors.New("EOF")})
-	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 5})
-	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 1, Err: &quorum.QuorumError{Err: quorum.ErrLeaseLost}})
-	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Err: context.Canceled})
-	o.ObserveExtend(quorum.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 2, Err: &quorum.QuorumError{Err: quorum.ErrExtendUnconfirmed}})
-	o.ObserveRelease(quorum.ReleaseEvent{Key: "k", Released: 3, NotOwner: 1, Failed: 1})
-	o.ObserveRelease(quorum.ReleaseEvent{Key: "k", NotOwner: 5})
-	o.ObserveLost(quorum.LostEvent{Key: "k", Reason: quorum.LostExpired, Held: 3 * time.Second})
+	o.ObserveAcquire(lease.AcquireEvent{Key: "k", Attempts: 1, Duration: time.Millisecond, Result: lease.ResultAcquired})
+	o.ObserveAcquire(lease.AcquireEvent{Key: "k", Attempts: 4, Duration: 30 * time.Millisecond, Result: lease.ResultNotAcquired, Err: lease.ErrNotAcquired})
+	o.ObserveAcquire(lease.AcquireEvent{Key: "k", Attempts: 2, Duration: time.Second, Result: lease.ResultUnavailable, Err: lease.ErrQuorumUnavailable})
+	o.ObserveNodeError(lease.NodeEvent{Op: "acquire", Key: "k", Node: 2, Addr: "10.0.0.3:6379", Err: context.DeadlineExceeded})
+	o.ObserveNodeError(lease.NodeEvent{Op: "acquire", Key: "k", Node: 2, Addr: "10.0.0.3:6379", Err: context.DeadlineExceeded})
+	o.ObserveNodeError(lease.NodeEvent{Op: "release", Key: "k", Node: 4, Err: errors.New("EOF")})
+	o.ObserveExtend(lease.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 5})
+	o.ObserveExtend(lease.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 1, Err: &quorum.QuorumError{Err: lease.ErrLeaseLost}})
+	o.ObserveExtend(lease.ExtendEvent{Key: "k", Duration: time.Millisecond, Err: context.Canceled})
+	o.ObserveExtend(lease.ExtendEvent{Key: "k", Duration: time.Millisecond, Confirmed: 2, Err: &quorum.QuorumError{Err: lease.ErrExtendUnconfirmed}})
+	o.ObserveRelease(lease.ReleaseEvent{Key: "k", Released: 3, NotOwner: 1, Failed: 1})
+	o.ObserveRelease(lease.ReleaseEvent{Key: "k", NotOwner: 5})
+	o.ObserveLost(lease.LostEvent{Key: "k", Reason: lease.LostExpired, Held: 3 * time.Second})
 
 	got := gather(t, reg)
 	for series, want := range map[string]float64{
@@ -125,7 +126,7 @@ func TestNewOptionsAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("another namespace: %v", err)
 	}
-	o.ObserveAcquire(quorum.AcquireEvent{Attempts: 1, Result: quorum.ResultCanceled})
+	o.ObserveAcquire(lease.AcquireEvent{Attempts: 1, Result: lease.ResultCanceled})
 	got := gather(t, reg)
 	if v, ok := got[`orders_acquire_total{locker="stock",result="canceled"}`]; !ok || v != 1 {
 		t.Fatalf("orders_acquire_total: %v", got)
@@ -167,14 +168,14 @@ func TestWithLocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	lease, err := l.Lock(ctx, "prom")
+	le, err := l.Lock(ctx, "prom")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.TryLock(ctx, "prom"); !errors.Is(err, quorum.ErrNotAcquired) {
+	if _, err := l.TryLock(ctx, "prom"); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("TryLock: %v", err)
 	}
-	if err := lease.Unlock(ctx); err != nil {
+	if err := le.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Unlock returns at the majority; Close waits for the rest, whose

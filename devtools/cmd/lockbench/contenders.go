@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/quorumlock/quorumlock/etcdlock"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -130,13 +130,13 @@ func buildContender(name string, cn conns, rs *redsync.Redsync, cfg config) (con
 		if err != nil {
 			return contender{}, nil, err
 		}
-		return lockerContender[*quorum.Lease](name, l), l, nil
+		return lockerContender(name, l), l, nil
 	case nameEtcd:
 		l, err := newEtcdLocker(cn.etcd, cfg)
 		if err != nil {
 			return contender{}, nil, err
 		}
-		return lockerContender[*etcdlock.Lease](name, l), l, nil
+		return lockerContender(name, l), l, nil
 	case nameRedsync, nameRedsyncFF:
 		return redsyncContender(name, rs, cfg.ttl, cfg.opTimeout, name == nameRedsyncFF), nil, nil
 	case nameSingle:
@@ -158,33 +158,18 @@ func (s *contenderSet) close() error {
 	return errors.Join(append(errs, s.conns.close())...)
 }
 
-// leaseLocker is the lease API that quorum.Locker and etcdlock.Locker
-// share, with L their lease type.
-type leaseLocker[L held] interface {
-	TryLock(ctx context.Context, key string) (L, error)
-	Lock(ctx context.Context, key string) (L, error)
-	LockMulti(ctx context.Context, keys ...string) (L, error)
-}
-
-// lockerContender is a Locker of the lease API (quorum's or etcdlock's):
-// TryLock when uncontended, Lock (its own waiting, bounded by WithMaxWait)
-// when contended, and LockMulti for several keys (quorum: one lease of
-// every key, all or nothing per node; etcdlock: one recipe lock per key in
-// sorted order, on the Locker's one session).
-func lockerContender[L held](name string, l leaseLocker[L]) contender {
-	lease := func(le L, err error) (held, error) {
-		if err != nil {
-			return nil, err
-		}
-		return le, nil
-	}
+// lockerContender is a lease.Locker (quorum's or etcdlock's): TryLock
+// when uncontended, Lock (its own waiting, bounded by WithMaxWait) when
+// contended, and LockMulti for several keys (quorum: one lease of every
+// key, all or nothing per node; etcdlock: one recipe lock per key in sorted
+// order, on the Locker's one session). A failed call's nil lease.Lease
+// stays a nil held.
+func lockerContender(name string, l lease.Locker) contender {
 	return contender{
-		name: name,
-		try:  func(ctx context.Context, key string) (held, error) { return lease(l.TryLock(ctx, key)) },
-		wait: func(ctx context.Context, key string) (held, error) { return lease(l.Lock(ctx, key)) },
-		multi: func(ctx context.Context, keys []string) (held, error) {
-			return lease(l.LockMulti(ctx, keys...))
-		},
+		name:  name,
+		try:   func(ctx context.Context, key string) (held, error) { return l.TryLock(ctx, key) },
+		wait:  func(ctx context.Context, key string) (held, error) { return l.Lock(ctx, key) },
+		multi: func(ctx context.Context, keys []string) (held, error) { return l.LockMulti(ctx, keys...) },
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/testbed/etcdbed"
 	"github.com/quorumlock/quorumlock/etcdlock"
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/etcdbackend"
 	"github.com/quorumlock/quorumlock/orders/idem"
@@ -122,7 +123,7 @@ func (b *bench) startInstance(ctx context.Context, p runPlan) (*instance, error)
 // ordersd does (its openLock and openEtcdLock, with their defaults): a
 // quorum.Locker on the instance's Redis clients, or an etcdlock.Locker on
 // an etcd client of the instance's own, of the members' own addresses.
-func (b *bench) openLock(in *instance, backend string, fences quorum.Fencer) (orders.Locker, error) {
+func (b *bench) openLock(in *instance, backend string, fences lease.Fencer) (orders.Locker, error) {
 	if backend == backendEtcd {
 		cli, err := clientv3.New(etcdbed.Config(b.etcdAddrs...))
 		if err != nil {

@@ -1,19 +1,6 @@
-package quorum
+package lease
 
-import (
-	"context"
-	"time"
-)
-
-// Fencer issues fence tokens: for each key, every call returns a number
-// strictly greater than any it returned before for that key, even across
-// restarts; or, reserving, the key's next token, which the write itself takes
-// so that at most one write commits each (fencing.Reserver). With WithFencer
-// every lease carries one in Fence; the resource must reject a write whose fence
-// is not above the last it saw, making a late holder harmless (the lock cannot).
-type Fencer interface {
-	Next(ctx context.Context, key string) (int64, error)
-}
+import "time"
 
 // Result is the outcome of an acquisition (Lock, TryLock or Do).
 type Result uint8
@@ -22,7 +9,7 @@ type Result uint8
 const (
 	ResultAcquired    Result = iota + 1 // a lease was returned
 	ResultNotAcquired                   // held by another owner (ErrNotAcquired)
-	ResultUnavailable                   // no majority reachable (ErrQuorumUnavailable)
+	ResultUnavailable                   // the backend could not decide (ErrQuorumUnavailable)
 	ResultCanceled                      // the context ended first
 	ResultError                         // anything else, e.g. the Fencer failed
 )
@@ -44,37 +31,39 @@ func name[T ~uint8](v T, names ...string) string {
 type AcquireEvent struct {
 	Key      string
 	Attempts int           // attempts made, the first included
-	Wakeups  int           // waits ended early by a node announcing the key's release
+	Wakeups  int           // waits ended early by news of the key's release
 	Duration time.Duration // from the call to its return
 	Result   Result
 	Err      error // nil when Result is ResultAcquired
 }
 
-// NodeEvent reports one failed node request.
+// NodeEvent reports one call to one server of the backend that failed (for
+// quorum, one Redis node's request). A backend that talks to one endpoint
+// through a client that fails over by itself (etcdlock) may never send it.
 type NodeEvent struct {
-	Op   Op
+	Op   string // the operation: "acquire", "extend" or "release"
 	Key  string
-	Node int    // index in the slice given to New
-	Addr string // address when known
+	Node int    // the server's index in the backend's configuration
+	Addr string // the server's address when known, else ""
 	Err  error
 }
 
-// ExtendEvent reports one Extend call that reached the nodes.
+// ExtendEvent reports one Extend call that reached the backend.
 type ExtendEvent struct {
 	Key       string
 	Duration  time.Duration
-	Confirmed int   // nodes that confirmed the extension
+	Confirmed int   // servers that confirmed the extension
 	Err       error // nil on success
 }
 
 // ReleaseEvent reports one Unlock or failed attempt's release, counting each
-// node once, after the last request ended (maybe after Unlock, from any goroutine).
+// server (quorum: node; etcdlock: key) once, after the last request ended.
 type ReleaseEvent struct {
 	Key      string
-	Duration time.Duration // how long Unlock waited for a majority; for a failed attempt, until every answer came
-	Released int           // nodes where the key held the token and was deleted
-	NotOwner int           // nodes that answered 0: the key was absent or held by another owner
-	Failed   int           // nodes that did not answer in time
+	Duration time.Duration // how long the release waited for confirmation
+	Released int           // where the key held the token and was deleted
+	NotOwner int           // where the key was absent or held by another owner
+	Failed   int           // where no answer came in time
 }
 
 // LostReason says why a lease was lost.
@@ -83,7 +72,7 @@ type LostReason uint8
 // The reasons.
 const (
 	LostExpired      LostReason = iota + 1 // validity ran out before an extension
-	LostExtendFailed                       // an extension found the token gone from the nodes, or ran out of validity
+	LostExtendFailed                       // an extension found the lease gone, or ran out of validity
 )
 
 // String returns "expired" or "extend_failed".
@@ -98,9 +87,9 @@ type LostEvent struct {
 
 // Observer receives events from a Locker, synchronously and possibly from
 // several goroutines at once: its methods must be safe for concurrent use and
-// return quickly. Node errors and release events come from the node workers:
-// an Observer that blocks stalls that node's requests, and one that calls back
-// into the Locker (Lock, Unlock, Close) can deadlock it. Embed NopObserver.
+// return quickly. An Observer that blocks stalls the Locker's requests, and
+// one that calls back into the Locker (Lock, Unlock, Close) can deadlock it.
+// Embed NopObserver to implement only some methods.
 type Observer interface {
 	ObserveAcquire(AcquireEvent)
 	ObserveNodeError(NodeEvent)
