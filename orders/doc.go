@@ -22,8 +22,8 @@
 // conditional decrement still arbitrate (FallbackDB), or the service
 // answers 503 (FallbackReject). No constraint is ever bypassed.
 //
-// The service knows a lock only through the Locker interface and its own
-// sentinels (ErrLockBusy, ErrLockUnavailable, ...); QuorumLocker adapts a
-// quorum.Locker. Without a Locker, every request runs its own transaction
-// and Postgres arbitrates alone.
+// The service takes its lock through the one lease API (package lease):
+// WithLocker takes a lease.Locker, a *quorum.Locker or an *etcdlock.Locker
+// alike, with no adapter. Without a Locker, every request runs its own
+// transaction and Postgres arbitrates alone.
 package orders

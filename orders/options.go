@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -13,7 +14,7 @@ import (
 
 type config struct {
 	idem              *idem.Store
-	locker            Locker
+	locker            lease.Locker
 	payments          *payment.Service
 	fallback          Fallback
 	codes             Codes
@@ -39,11 +40,16 @@ func WithIdempotency(s *idem.Store) Option {
 	return func(c *config) error { c.idem = s; return nonNil(s, "idempotency store") }
 }
 
-// WithLocker sets the stock lock. With it, the requests for one product
-// queue on this instance and are placed in batches, each under one lease
-// (see the package documentation); without it, each request runs its own
-// transaction and Postgres arbitrates alone.
-func WithLocker(l Locker) Option {
+// WithLocker sets the stock lock: a *quorum.Locker or an *etcdlock.Locker,
+// each given a fencing.Reserver as its Fencer, so that every lease carries
+// reserved fences that the order transaction takes. With it, the requests
+// for one product queue on this instance and are placed in batches, each
+// under one lease on the stock keys of the batch's products (see the
+// package documentation); without it, each request runs its own
+// transaction and Postgres arbitrates alone. A lock that is held past the
+// wait (lease.ErrNotAcquired) answers 503; one that no majority can grant
+// (lease.ErrQuorumUnavailable, lease.ErrClosed) goes as WithFallback says.
+func WithLocker(l lease.Locker) Option {
 	return func(c *config) error { c.locker = l; return nonNil(l, "locker") }
 }
 

@@ -42,12 +42,12 @@ func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) ([]Result, []
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	log := Log{Batch: len(batch)}
 	for {
-		lease, fail := p.lockStock(ctx, keys, &log)
+		held, fail := p.lockStock(ctx, keys, &log)
 		if fail != nil {
 			return p.allFail(batch, log, *fail), nil
 		}
-		res, soldOut := p.transact(ctx, batch, lease, &log)
-		p.release(ctx, lease, log.Lock)
+		res, soldOut := p.transact(ctx, batch, held, &log)
+		p.release(ctx, held, log.Lock)
 		if errors.Is(res[0].err, store.ErrStaleFence) && log.Attempts < p.Attempts && ctx.Err() == nil {
 			// A newer holder wrote first: this lease was lost. Take a new
 			// one and try again.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders/answer"
 )
 
@@ -15,12 +16,12 @@ import (
 // lock's own retries for every batch would stall every product.
 const lockProbe = 5 * time.Second
 
-// lockStock takes the stock lock of keys, noting it in log (the create
-// flow counts the requests that went without it).
+// lockStock takes the stock lock of keys, all or nothing, noting it in log
+// (the create flow counts the requests that went without it).
 // It returns the lease; no lease and no answer when the lock is out of
 // reach and Postgres arbitrates alone (FallbackDB); or the answer that
 // nothing was written.
-func (p *Placer) lockStock(ctx context.Context, keys []string, log *Log) (Lease, *answer.Answer) {
+func (p *Placer) lockStock(ctx context.Context, keys []string, log *Log) (lease.Lease, *answer.Answer) {
 	key := strings.Join(keys, ",")
 	if p.Fallback == FallbackDB && time.Now().UnixNano() < p.lockDown.Load() {
 		// The lock was out of reach moments ago: Postgres arbitrates
@@ -29,26 +30,26 @@ func (p *Placer) lockStock(ctx context.Context, keys []string, log *Log) (Lease,
 		return nil, nil
 	}
 	start := time.Now()
-	lease, err := p.Locker.Lock(ctx, keys...)
+	held, err := p.Locker.LockMulti(ctx, keys...)
 	log.Lock = &LockLog{Key: key, Acquire: time.Since(start)}
-	unavailable := func(result, detail string) (Lease, *answer.Answer) {
+	unavailable := func(result, detail string) (lease.Lease, *answer.Answer) {
 		log.Result = result
 		return nil, &answer.Answer{Kind: answer.Unavailable, Detail: detail, Wait: p.Retry}
 	}
 	switch {
 	case err == nil:
-		d := lease.Detail()
-		log.Lock.TokenDigest, log.Lock.Fence = d.TokenDigest, d.Fence
+		log.Lock.TokenDigest, log.Lock.Fence = lease.TokenDigest(held.Token()), held.Fence()
 		p.Failpoints.Hit(failpoint.AfterLock)
-		return lease, nil
+		return held, nil
 	case ctx.Err() != nil:
 		return unavailable("cancelled", "request cancelled or out of time")
-	case errors.Is(err, ErrLockBusy):
+	case errors.Is(err, lease.ErrNotAcquired):
 		// Contention, not an outage: going around the lock would only
 		// make the holder's fence stale.
 		return unavailable("lock_busy", "the product is busy; retry")
-	case !errors.Is(err, ErrLockUnavailable):
-		// The lock was won but its fence could not be read: the database.
+	case !errors.Is(err, lease.ErrQuorumUnavailable) && !errors.Is(err, lease.ErrClosed):
+		// No majority decided against the lock: it was won but its fence
+		// could not be read, the database.
 		p.Log.Error("stock lock: fence unavailable", "key", key, "err", err)
 		return unavailable("error", "the order database is unavailable")
 	case p.Fallback == FallbackReject:
@@ -64,20 +65,20 @@ func (p *Placer) lockStock(ctx context.Context, keys []string, log *Log) (Lease,
 
 // release unlocks lease after the transaction, bounded and even when the
 // leader's context has ended, and notes in ll how it went.
-func (p *Placer) release(ctx context.Context, lease Lease, ll *LockLog) {
-	if lease == nil {
+func (p *Placer) release(ctx context.Context, held lease.Lease, ll *LockLog) {
+	if held == nil {
 		return
 	}
-	ll.Remaining = time.Until(lease.Detail().Until)
+	ll.Remaining = time.Until(held.Until())
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	err := lease.Unlock(ctx)
+	err := held.Unlock(ctx)
 	switch {
 	case err == nil:
 		ll.Unlock = "released"
-	case errors.Is(err, ErrLockLost):
+	case errors.Is(err, lease.ErrLeaseLost):
 		ll.Unlock = "lost"
-	case errors.Is(err, ErrUnlockUnconfirmed):
+	case errors.Is(err, lease.ErrUnlockUnconfirmed):
 		ll.Unlock = "unconfirmed"
 	default:
 		ll.Unlock = "error"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders/metrics"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
@@ -27,8 +28,12 @@ var ErrConfig = errors.New("placement: invalid configuration")
 // Config is what a Placer is built with; the order service fills it from
 // its options. Zero limits are errors.
 type Config struct {
-	// Locker is the stock lock; nil: Postgres arbitrates alone.
-	Locker Locker
+	// Locker is the stock lock (a quorum or an etcdlock Locker, with a
+	// fencing.Reserver as its Fencer); nil: Postgres arbitrates alone.
+	// Lock errors matching lease.ErrNotAcquired answer 503 (contention);
+	// lease.ErrQuorumUnavailable or lease.ErrClosed go without the lock
+	// as Fallback says; any other is the fence's database.
+	Locker lease.Locker
 	// Fallback is what happens when the lock cannot be taken.
 	Fallback Fallback
 	// Snapshot renders the answer saved with a new outcome.

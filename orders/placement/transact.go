@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders/answer"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
@@ -18,28 +19,28 @@ type txResult struct {
 	err error
 }
 
-// cartOf is the store's cart of t's order, each line fenced by lease (nil:
+// cartOf is the store's cart of t's order, each line fenced by held (nil:
 // Postgres takes the fences itself).
-func (p *Placer) cartOf(t *ticket, lease Lease) store.Cart {
+func (p *Placer) cartOf(t *ticket, held lease.Lease) store.Cart {
 	c := store.Cart{Order: t.order.Req, Snapshot: p.Snapshot, Lines: make([]store.CartLine, len(t.order.Lines))}
 	for j, l := range t.order.Lines {
 		k := stockKey(l.ProductID)
 		c.Lines[j] = store.CartLine{ProductID: l.ProductID, Quantity: int64(l.Quantity), FenceKey: k}
-		if lease != nil {
-			c.Lines[j].Fence = lease.FenceOf(k)
+		if held != nil {
+			c.Lines[j].Fence = held.FenceOf(k)
 		}
 	}
 	return c
 }
 
-// transact places the orders of batch in one transaction, fenced by lease
+// transact places the orders of batch in one transaction, fenced by held
 // (nil: Postgres takes the fences itself); retrying a stale fence is the
 // caller's. It returns one result per order, and the products the
 // transaction left without stock, and reports what it did in log.
-func (p *Placer) transact(ctx context.Context, batch []*ticket, lease Lease, log *Log) ([]txResult, []string) {
+func (p *Placer) transact(ctx context.Context, batch []*ticket, held lease.Lease, log *Log) ([]txResult, []string) {
 	carts := make([]store.Cart, len(batch))
 	for i, t := range batch {
-		carts[i] = p.cartOf(t, lease)
+		carts[i] = p.cartOf(t, held)
 	}
 	log.Attempts++
 	res, err := p.st.PlaceCarts(ctx, carts)
