@@ -56,6 +56,7 @@ lint:
 	API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh check
 	APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck_test.sh
 	bash scripts/readme_test.sh
+	$(GO) run scripts/funclen.go
 
 # Rewrites the API baselines from the code as it is: run when a version is
 # tagged (CONTRIBUTING.md, "The public API").

@@ -10,7 +10,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/quorumlock/quorumlock/devtools/payfake"
+	"github.com/quorumlock/quorumlock/devtools/fakepay"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/orders/payment"
 )
@@ -166,7 +166,7 @@ func TestStateMachine(t *testing.T) {
 	// A charge the provider refuses as invalid ends PAYMENT_FAILED with
 	// its reason, at once, not PAYING.
 	rejected := create("sm-5")
-	in.provider.Inject(payment.RequestID(rejected), payfake.FaultReject)
+	in.provider.Inject(payment.RequestID(rejected), fakepay.FaultReject, 1)
 	a := act(rejected, "pay")
 	p, _ := a.json(t)["payment"].(map[string]any)
 	if a.Status != 200 || statusOf(a) != "PAYMENT_FAILED" || p["status"] != "FAILED" || !strings.Contains(fmt.Sprint(p["reason"]), "refused as invalid") {

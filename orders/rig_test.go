@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/quorumlock/quorumlock/devtools/payfake"
+	"github.com/quorumlock/quorumlock/devtools/fakepay"
 	"github.com/quorumlock/quorumlock/devtools/storetest"
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
@@ -75,7 +75,7 @@ type instance struct {
 	svc      *orders.Service
 	claims   *idem.Store
 	payments *payment.Service
-	provider *payfake.Fake // nil unless the instance has its own fake
+	provider *fakepay.Server // nil unless the instance has its own fake
 }
 
 // instance starts one ordersd-equivalent service with its own clients and
@@ -83,7 +83,7 @@ type instance struct {
 // payment provider.
 func (r *rig) instance(t *testing.T, opts ...orders.Option) *instance {
 	t.Helper()
-	fake, err := payfake.New()
+	fake, err := fakepay.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func quickstart(ctx context.Context, nodes []redis.UniversalClient, write func(c
 		return err
 	}
 	defer l.Close()
-	lease, err := l.Lock(ctx, "stock:42") // waits its turn; errors.Is(err, quorum.ErrNotAcquired) when busy
+	lease, err := l.Lock(ctx, "stock:42") // waits its turn; errors.Is(err, lease.ErrNotAcquired) when busy
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@
 // answers every client got to POST /orders. It is the after-the-fact
 // verdict on the guarantees of package orders, and depends on the standard
 // library alone, so tests, drills and the quorumbed demo can all use it. It
-// is test support, kept under integration/ where no production package
+// is a development tool, kept under devtools/ where no production package
 // reaches.
 //
 // [Orders] runs these checks, each named by its Check constant:
@@ -155,91 +155,6 @@ func plural(n int, noun string) string {
 
 func (r *Report) add(check, format string, args ...any) {
 	r.Violations = append(r.Violations, Violation{Check: check, Detail: fmt.Sprintf(format, args...)})
-}
-
-// Orders judges an order run (see the package documentation for the
-// checks): stock holds every product the run stocked, rows the orders
-// table at the end, responses every answer the clients got, in any order.
-func Orders(stock map[string]Stock, rows []OrderRow, responses []Response) Report {
-	r := Report{Checked: len(rows) + len(responses), Rows: len(rows), Answers: len(responses)}
-	type ukey struct{ user, key string }
-	ukeyCmp := func(a, b ukey) int { return strings.Compare(a.user+"\x00"+a.key, b.user+"\x00"+b.key) }
-	perKey := map[ukey][]string{}
-	byID := map[string]OrderRow{}
-	taken := map[string]int64{}
-	for _, o := range rows {
-		k := ukey{o.UserID, o.IdempotencyKey}
-		perKey[k] = append(perKey[k], o.OrderID)
-		byID[o.OrderID] = o
-		if o.Status != "CANCELLED" {
-			for _, l := range o.lines() {
-				taken[l.ProductID] += l.Quantity
-			}
-		}
-	}
-	for _, k := range sortedKeys(perKey, ukeyCmp) {
-		if ids := perKey[k]; len(ids) > 1 {
-			slices.Sort(ids)
-			r.add(CheckOneOrderPerKey, "user %s key %s has %d orders: %v", k.user, k.key, len(ids), ids)
-		}
-	}
-	products := map[string]bool{}
-	for p := range stock {
-		products[p] = true
-	}
-	for p := range taken {
-		products[p] = true
-	}
-	var negative, oversold, balance []string
-	for _, p := range sortedKeys(products, strings.Compare) {
-		s, ok := stock[p]
-		switch {
-		case !ok:
-			balance = append(balance, fmt.Sprintf("orders for product %s, which the run never stocked", p))
-			continue
-		case s.Final < 0:
-			negative = append(negative, fmt.Sprintf("product %s stock is negative: %d", p, s.Final))
-		}
-		if taken[p] > s.Initial {
-			oversold = append(oversold, fmt.Sprintf("product %s oversold: %d sold of %d", p, taken[p], s.Initial))
-		}
-		if got := s.Initial - s.Final; got != taken[p] {
-			balance = append(balance, fmt.Sprintf("product %s: stock went from %d to %d (%d taken) but live orders hold %d", p, s.Initial, s.Final, got, taken[p]))
-		}
-	}
-	for _, d := range negative {
-		r.add(CheckNonNegativeStock, "%s", d)
-	}
-	for _, d := range oversold {
-		r.add(CheckNoOversell, "%s", d)
-	}
-	for _, d := range balance {
-		r.add(CheckStockBalance, "%s", d)
-	}
-	first := map[ukey]Response{}
-	var mismatched []string
-	for _, resp := range responses {
-		if !resp.Final() {
-			continue
-		}
-		k := ukey{resp.UserID, resp.IdempotencyKey}
-		if resp.Status == 201 {
-			if o, ok := byID[resp.OrderID]; !ok {
-				mismatched = append(mismatched, fmt.Sprintf("user %s key %s got order %q, which is not in the table", k.user, k.key, resp.OrderID))
-			} else if o.UserID != resp.UserID || o.IdempotencyKey != resp.IdempotencyKey {
-				mismatched = append(mismatched, fmt.Sprintf("user %s key %s got order %s, which belongs to user %s key %s", k.user, k.key, o.OrderID, o.UserID, o.IdempotencyKey))
-			}
-		}
-		if f, ok := first[k]; !ok {
-			first[k] = resp
-		} else if f.Status != resp.Status || f.Body != resp.Body {
-			r.add(CheckSameAnswer, "user %s key %s answered differently: %d %s vs %d %s", k.user, k.key, f.Status, f.Body, resp.Status, resp.Body)
-		}
-	}
-	for _, d := range mismatched {
-		r.add(CheckAnswerMatchesRow, "%s", d)
-	}
-	return r
 }
 
 // sortedKeys returns the keys of m, sorted by cmp.

@@ -6,6 +6,14 @@
 // keep its state in an append-only data file across restarts, and sends
 // signed callbacks when a charge reaches a final status.
 //
+// A [Server] is also a [payment.Provider] in process, for tests that need
+// no HTTP: [Server.Charge] and [Server.Query] play the same faults on the
+// same state as the HTTP API (a lost request or reply is
+// [payment.ErrTimeout], a refusal [payment.ErrRejected]), and
+// [Server.Charges], [Server.Calls] and [Server.TotalCharges] count what
+// happened to each payment request id. No production package may import
+// it: only devtools/ and integration/ do, and tests.
+//
 // # Wire protocol
 //
 // Bodies are JSON; errors are RFC 9457 problems (Content-Type
@@ -111,9 +119,9 @@ const (
 	// nothing.
 	FaultDuplicateCallback Fault = "duplicate_callback"
 	// FaultReject refuses a new charge as invalid, with 400, as a provider
-	// does with a field it cannot take: nothing is recorded, and the
-	// request is not counted (like any invalid one). On a key already
-	// charged it changes nothing.
+	// does with a field it cannot take: nothing is recorded, but the
+	// request is counted as received. On a key already charged it changes
+	// nothing.
 	FaultReject Fault = "reject"
 )
 
@@ -152,7 +160,8 @@ type Stats struct {
 	// once.
 	Charges int `json:"charges"`
 	// Requests is how many charge requests were received since the server
-	// started (invalid and dropped ones are not counted).
+	// started (invalid and dropped ones are not counted; those refused by
+	// FaultReject are).
 	Requests int `json:"requests"`
 	// ByKey has an entry for every key with a charge.
 	ByKey map[string]KeyStats `json:"by_key"`
@@ -249,6 +258,7 @@ type config struct {
 	client   *http.Client
 	attempts int
 	backoff  time.Duration
+	latency  time.Duration // of the in-process calls; guarded by Server.mu
 }
 
 // WithDataFile keeps the state in the file at path: every state change is
@@ -520,11 +530,11 @@ func (s *Server) charge(key, orderID string, amount int64) (chargeResult, error)
 	if f.kind == FaultDrop {
 		return res, nil
 	}
-	if _, known := s.charges[key]; f.kind == FaultReject && !known {
-		return res, fmt.Errorf("%w: charge %q refused (injected fault)", ErrInvalid, key)
-	}
 	s.requests++
 	s.received[key]++
+	if _, known := s.charges[key]; f.kind == FaultReject && !known {
+		return res, fmt.Errorf("%w: charge %q refused as invalid (injected fault)", ErrInvalid, key)
+	}
 	if r, ok := s.charges[key]; ok {
 		res.charge, res.replayed = r.Charge, true
 		if r.OrderID != orderID || r.AmountCents != amount {

@@ -1,7 +1,7 @@
 // Package storetest gives a test a migrated orders database on the test
 // bed's Postgres, with a Store on it. It is the one set-up of the store,
 // payment, events, watchdog and orders suites; it imports the test bed, so
-// it lives under integration/, which no production package may import.
+// it lives under devtools/, which no production package may import.
 package storetest
 
 import (

@@ -9,10 +9,8 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 )
@@ -77,7 +75,7 @@ func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, erro
 		_ = cli.Close()
 		return nil, err
 	}
-	// The servers run as this process's user (see dockerRedis.request),
+	// The servers run as this process's user (see dockerRunner.request),
 	// so they can reach it; so can the engine.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		_ = cli.Close()
@@ -103,6 +101,17 @@ func (p *dockerProvider) hint() string {
 }
 
 func (p *dockerProvider) dir() string { return p.tmp }
+
+// image is the image that runs servers of kind.
+func (p *dockerProvider) image(kind string) string {
+	switch kind {
+	case kindRedis:
+		return p.redisImage
+	case kindEtcd:
+		return p.etcdImage
+	}
+	return p.postgresImage
+}
 
 func (p *dockerProvider) close() error {
 	return errors.Join(p.cli.Close(), os.RemoveAll(p.tmp))
@@ -164,117 +173,6 @@ func hostAddr(ctx context.Context, c *testcontainers.DockerContainer, port strin
 	return net.JoinHostPort(host, p.Port()), nil
 }
 
-// Paths inside a Redis container.
-const (
-	containerData      = "/data"
-	containerClockShim = "/quorumlock/clockshim.so"
-	containerClockFile = "/quorumlock/clock-offset"
-)
-
-// dockerRedis is one Redis container. Its /data is the node's data
-// directory on this machine, bind-mounted, so the bed can copy snapshots in
-// and cut the AOF while the server is down. A restart with data starts the
-// same container again; a restart without data empties the directory and
-// replaces the container with a new one; a start from an RDB snapshot runs a
-// container of its own (with appendonly no), replaced at the next start.
-type dockerRedis struct {
-	p   *dockerProvider
-	cfg redisConfig
-
-	mu    sync.Mutex
-	c     *testcontainers.DockerContainer
-	rdbOn bool // c was created for a dataRDB start
-}
-
-func (p *dockerProvider) newRedis(_ context.Context, cfg redisConfig) (redisBackend, error) {
-	return &dockerRedis{p: p, cfg: cfg}, nil
-}
-
-// request is the container for a start in mode. The server runs as this
-// process's user rather than the image's (redis, uid 100 in the local
-// image), so that the files it writes in the bind-mounted data directory
-// belong to the bed, which copies, truncates and removes them.
-func (r *dockerRedis) request(mode dataMode) testcontainers.ContainerRequest {
-	cmd := []string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--port", "6379",
-		"--dir", containerData, "--save", ""}
-	cmd = append(cmd, aofArgs(r.cfg.opts.AppendFsync, mode)...)
-	binds := []string{r.cfg.dataDir() + ":" + containerData}
-	var env map[string]string
-	if c := r.cfg.clock; c != nil {
-		binds = append(binds, c.shim+":"+containerClockShim+":ro", c.offset+":"+containerClockFile+":ro")
-		env = map[string]string{"LD_PRELOAD": containerClockShim, clockFileEnv: containerClockFile}
-	}
-	user := fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
-	return testcontainers.ContainerRequest{
-		Image: r.p.redisImage, Cmd: cmd, Env: env, ExposedPorts: []string{"6379/tcp"},
-		ConfigModifier:     func(c *container.Config) { c.User = user },
-		HostConfigModifier: func(hc *container.HostConfig) { hc.Binds = append(hc.Binds, binds...) },
-	}
-}
-
-func (r *dockerRedis) start(ctx context.Context, mode dataMode) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if mode == dataKeep && r.c != nil && !r.rdbOn {
-		if _, err := r.p.cli.ContainerStart(ctx, r.c.GetContainerID(), client.ContainerStartOptions{}); err != nil {
-			return "", err
-		}
-		return hostAddr(ctx, r.c, "6379/tcp")
-	}
-	if r.c != nil {
-		if err := r.c.Terminate(ctx); err != nil {
-			return "", fmt.Errorf("remove old container: %w", err)
-		}
-		r.c = nil
-	}
-	if mode == dataWipe {
-		if err := resetDir(r.cfg.dataDir()); err != nil {
-			return "", err
-		}
-	}
-	c, addr, err := r.p.run(ctx, r.request(mode), "6379/tcp")
-	if err != nil {
-		return "", err
-	}
-	r.c, r.rdbOn = c, mode == dataRDB
-	return addr, nil
-}
-
-func (r *dockerRedis) id() (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.c == nil {
-		return "", errors.New("no container")
-	}
-	return r.c.GetContainerID(), nil
-}
-
-func (r *dockerRedis) pause(ctx context.Context) error {
-	id, err := r.id()
-	if err != nil {
-		return err
-	}
-	_, err = r.p.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
-	return err
-}
-
-func (r *dockerRedis) resume(ctx context.Context) error {
-	id, err := r.id()
-	if err != nil {
-		return err
-	}
-	_, err = r.p.cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
-	return err
-}
-
-func (r *dockerRedis) kill(ctx context.Context) error {
-	id, err := r.id()
-	if err != nil {
-		return err
-	}
-	return r.p.kill(ctx, id)
-}
-
 // kill sends SIGKILL to a container and waits until the engine reports it
 // stopped, so a restart finds it so.
 func (p *dockerProvider) kill(ctx context.Context, id string) error {
@@ -301,50 +199,4 @@ func (p *dockerProvider) running(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	return st.Container.State.Running, nil
-}
-
-func (r *dockerRedis) close(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.c == nil {
-		return nil
-	}
-	err := r.c.Terminate(ctx)
-	r.c = nil
-	return err
-}
-
-// startPostgres runs the Postgres image with the bed's credentials. Images
-// that follow the official image's conventions read them from the
-// environment; the locally built image has them baked in.
-func (p *dockerProvider) startPostgres(ctx context.Context, opts Options) (*PostgresNode, error) {
-	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
-	defer cancel()
-	c, addr, err := p.run(ctx, testcontainers.ContainerRequest{
-		Image:        p.postgresImage,
-		ExposedPorts: []string{"5432/tcp"},
-		Env: map[string]string{
-			"POSTGRES_USER": PostgresUser, "POSTGRES_PASSWORD": PostgresPassword, "POSTGRES_DB": PostgresDB,
-		},
-		Cmd: []string{"postgres", "-c", "max_connections=300"},
-	}, "5432/tcp")
-	if err != nil {
-		return nil, err
-	}
-	host, port, _ := strings.Cut(addr, ":")
-	node := &PostgresNode{host: host}
-	if _, err := fmt.Sscan(port, &node.port); err != nil {
-		_ = c.Terminate(context.Background())
-		return nil, fmt.Errorf("port %q: %w", port, err)
-	}
-	node.stopServer = func(ctx context.Context) error { return c.Terminate(ctx) }
-	if err := node.waitReady(ctx, nil); err != nil {
-		_ = c.Terminate(context.Background())
-		return nil, err
-	}
-	if err := node.createMainDB(ctx); err != nil {
-		_ = c.Terminate(context.Background())
-		return nil, err
-	}
-	return node, nil
 }

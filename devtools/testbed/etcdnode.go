@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -15,90 +20,95 @@ import (
 // dials the others through their peer proxies. Both stay the same for the
 // life of the bed, across kills and restarts.
 type EtcdNode struct {
-	name   string
-	index  int
-	client *nodeProxy
-	peer   *nodeProxy
-	peers  *etcdPeers
+	*node
+	index int
+	peers *etcdPeers
+	// clock is the member's clock shim files, or nil without
+	// Options.Clock; clockMu serialises AdvanceMonotonic.
+	clock   *clockFiles
+	clockMu sync.Mutex
 
-	cfg     etcdConfig
-	backend etcdBackend
-
-	// restartMu serialises Restart; clockMu, AdvanceMonotonic.
-	restartMu sync.Mutex
-	clockMu   sync.Mutex
-
-	// firstPorts are the client and peer ports of the first start.
-	firstPorts [2]int
-
-	mu      sync.Mutex
-	id      uint64
-	direct  etcdAddrs // the backend's own addresses, bypassing the proxies
-	running bool
-	paused  bool
+	id uint64 // under node.mu
 }
 
-// newEtcdNode picks the member's first ports and starts its two proxies in
-// front of them.
+// etcdCluster is what every member's command line names: the cluster
+// (every member's name=peerURL) and its token.
+type etcdCluster struct {
+	members string
+	token   string
+}
+
+// newEtcdNode picks the member's first client and peer ports and starts its
+// two proxies in front of them.
 func newEtcdNode(index int, peers *etcdPeers) (*EtcdNode, error) {
-	n := &EtcdNode{name: fmt.Sprintf("etcd%d", index+1), index: index, peers: peers}
-	ports, err := freePorts(2)
+	nd, err := newNode(fmt.Sprintf("etcd%d", index+1), 2, true)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", n.name, err)
-	}
-	n.firstPorts = [2]int{ports[0], ports[1]}
-	n.direct = etcdAddrs{client: loopback(ports[0]), peer: loopback(ports[1])}
-	if n.client, err = newNodeProxy(n.name, n.direct.client); err != nil {
 		return nil, err
 	}
-	if n.peer, err = newNodeProxy(n.name+"-peer", n.direct.peer); err != nil {
-		n.client.stop()
-		return nil, err
-	}
-	return n, nil
+	return &EtcdNode{node: nd, index: index, peers: peers}, nil
 }
-
-func loopback(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
 // configure creates the member's directory, its clock file when shim is
-// set, and its backend.
-func (n *EtcdNode) configure(ctx context.Context, p provider, cfg etcdConfig, shim string) error {
-	if err := newEtcdDir(cfg); err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
+// set, and gives it its server description and runner.
+func (n *EtcdNode) configure(p provider, opts Options, cl etcdCluster, shim string) error {
+	srv := server{name: n.Name(), kind: kindEtcd, dir: filepath.Join(p.dir(), n.Name()), ports: 2,
+		probe: dialAll, stop: syscall.SIGKILL, startTimeout: opts.StartTimeout}
+	srv.args = func(ports []int, _ dataMode) []string { return n.args(srv.dataDir(), cl, ports) }
+	if err := os.MkdirAll(srv.dir, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", n.Name(), err)
+	}
+	if err := os.MkdirAll(srv.dataDir(), 0o700); err != nil {
+		return fmt.Errorf("%s: %w", n.Name(), err)
 	}
 	if shim != "" {
-		c, err := newClockFiles(cfg.dir, shim)
+		c, err := newClockFiles(srv.dir, shim)
 		if err != nil {
-			return fmt.Errorf("%s: %w", n.name, err)
+			return fmt.Errorf("%s: %w", n.Name(), err)
 		}
-		cfg.clock = c
+		n.clock = c
+		srv.env = []string{"LD_PRELOAD=" + c.shim, clockFileEnv + "=" + c.offset, clockVDSOEnv + "=1"}
+		srv.binds = []string{c.shim}
 	}
-	be, err := p.newEtcd(ctx, cfg)
+	run, err := p.runner(srv)
 	if err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
+		return fmt.Errorf("%s: %w", n.Name(), err)
 	}
-	n.cfg, n.backend = cfg, be
+	n.srv, n.run = srv, run
 	return nil
 }
 
-// startBackend starts the member and points the proxies at it. It returns
-// once the member listens, before it has joined a quorum.
-func (n *EtcdNode) startBackend(ctx context.Context) error {
-	addrs, err := n.backend.start(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
+// args are etcd's flags for the member listening on loopback ports (client,
+// peer). With an existing data directory etcd ignores the --initial-* flags
+// and rejoins as the member its write-ahead log says it is.
+func (n *EtcdNode) args(data string, cl etcdCluster, ports []int) []string {
+	return []string{
+		"--name", n.Name(), "--data-dir", data,
+		"--listen-client-urls", "http://127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--advertise-client-urls", "http://" + n.Addr(),
+		"--listen-peer-urls", "http://127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--initial-advertise-peer-urls", n.PeerURL(),
+		"--initial-cluster", cl.members, "--initial-cluster-state", "new",
+		"--initial-cluster-token", cl.token,
+		"--heartbeat-interval", "100", "--election-timeout", "1000",
+		// etcd 3.5 and later default to pre-vote; 3.4 does not. With it, a
+		// member cut off does not force an election when it comes back.
+		"--pre-vote=true",
+		"--logger", "zap", "--log-outputs", "stderr",
 	}
-	n.mu.Lock()
-	n.direct, n.running, n.paused = addrs, true, false
-	n.mu.Unlock()
-	if err := errors.Join(n.client.setUpstream(addrs.client), n.peer.setUpstream(addrs.peer)); err != nil {
-		return fmt.Errorf("%s: repoint proxies: %w", n.name, err)
+}
+
+// dialAll checks once that every address accepts a TCP connection: an etcd
+// member listens before it has joined a quorum, which WaitReady waits for.
+func dialAll(_ context.Context, addrs []string) error {
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, 200*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		_ = c.Close()
 	}
 	return nil
 }
-
-// Name is the member's name in the bed and in etcd: etcd1, etcd2, ...
-func (n *EtcdNode) Name() string { return n.name }
 
 // ID is the member's ID in etcd. It stays the same across restarts.
 func (n *EtcdNode) ID() uint64 {
@@ -107,82 +117,16 @@ func (n *EtcdNode) ID() uint64 {
 	return n.id
 }
 
-// Addr is the host:port clients use: a loopback listener in front of the
-// member's client port. etcd's client accepts it as an endpoint as it is.
-func (n *EtcdNode) Addr() string { return n.client.addr() }
-
 // PeerURL is the URL the member advertises to the other members: a
 // loopback listener in front of its peer port.
-func (n *EtcdNode) PeerURL() string { return "http://" + n.peer.addr() }
-
-// DirectAddr is the member's own client address, bypassing the proxy: the
-// faults injected with Partition and AddLatency do not apply to it, and it
-// may change when the member restarts.
-func (n *EtcdNode) DirectAddr() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.direct.client
-}
-
-// Pause freezes the member (SIGSTOP, or docker pause): it keeps its
-// connections but answers nothing, to clients or peers, until Resume.
-func (n *EtcdNode) Pause(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.running {
-		return fmt.Errorf("%s: pause: not running", n.name)
-	}
-	if err := n.backend.pause(ctx); err != nil {
-		return fmt.Errorf("%s: pause: %w", n.name, err)
-	}
-	n.paused = true
-	return nil
-}
-
-// Resume thaws a paused member.
-func (n *EtcdNode) Resume(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.paused {
-		return nil
-	}
-	if err := n.backend.resume(ctx); err != nil {
-		return fmt.Errorf("%s: resume: %w", n.name, err)
-	}
-	n.paused = false
-	return nil
-}
-
-// Kill ends the member with SIGKILL. Its data directory stays.
-func (n *EtcdNode) Kill(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.running {
-		return nil
-	}
-	if err := n.backend.kill(ctx); err != nil {
-		return fmt.Errorf("%s: kill: %w", n.name, err)
-	}
-	n.running, n.paused = false, false
-	return nil
-}
+func (n *EtcdNode) PeerURL() string { return "http://" + n.front[1].addr() }
 
 // Restart starts the member again with its data directory, killing it
 // first if it runs: it rejoins the cluster as the same member, behind the
 // same addresses. It returns once the member listens; it serves clients
 // once it has caught up with a quorum, which WaitReady waits for.
 func (n *EtcdNode) Restart(ctx context.Context) error {
-	n.restartMu.Lock()
-	defer n.restartMu.Unlock()
-	if err := n.Kill(ctx); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.opts.StartTimeout)
-	defer cancel()
-	if err := n.startBackend(ctx); err != nil {
-		return fmt.Errorf("restart: %w", err)
-	}
-	return nil
+	return n.restart(ctx, dataKeep)
 }
 
 // Partition cuts the member off from its clients and from the other
@@ -190,16 +134,11 @@ func (n *EtcdNode) Restart(ctx context.Context) error {
 // and hang their connections, and the other members' peer proxies drop the
 // raft connections it opens to them. Heal ends it.
 func (n *EtcdNode) Partition(ctx context.Context) error {
-	for _, px := range []*nodeProxy{n.client, n.peer} {
-		if err := px.heal(ctx); err != nil {
-			return fmt.Errorf("%s: partition: %w", n.name, err)
-		}
-		if err := px.partition(); err != nil {
-			return fmt.Errorf("%s: partition: %w", n.name, err)
-		}
+	if err := n.node.Partition(ctx); err != nil {
+		return err
 	}
 	if err := n.peers.setCut(n.index, true); err != nil {
-		return fmt.Errorf("%s: partition: %w", n.name, err)
+		return fmt.Errorf("%s: partition: %w", n.Name(), err)
 	}
 	return nil
 }
@@ -207,37 +146,9 @@ func (n *EtcdNode) Partition(ctx context.Context) error {
 // Heal ends a partition. Connections that lived through it are closed;
 // clients and members reconnect.
 func (n *EtcdNode) Heal(ctx context.Context) error {
-	err := errors.Join(n.client.heal(ctx), n.peer.heal(ctx), n.peers.setCut(n.index, false))
+	err := n.peers.setCut(n.index, false)
 	if err != nil {
-		return fmt.Errorf("%s: heal: %w", n.name, err)
+		err = fmt.Errorf("%s: heal: %w", n.Name(), err)
 	}
-	return nil
-}
-
-// AddLatency delays by d every reply from the member to its clients and
-// every byte it sends to the members that dialed it, which carries its raft
-// messages; 0 removes the delay.
-func (n *EtcdNode) AddLatency(ctx context.Context, d time.Duration) error {
-	if err := errors.Join(n.client.latency(ctx, d), n.peer.latency(ctx, d)); err != nil {
-		return fmt.Errorf("%s: latency: %w", n.name, err)
-	}
-	return nil
-}
-
-func (n *EtcdNode) close(ctx context.Context) error {
-	n.client.stop()
-	n.peer.stop()
-	n.mu.Lock()
-	paused := n.paused
-	be := n.backend
-	n.mu.Unlock()
-	if be == nil {
-		return nil
-	}
-	var errs []error
-	if paused {
-		errs = append(errs, be.resume(ctx))
-	}
-	errs = append(errs, be.close(ctx))
-	return errors.Join(errs...)
+	return errors.Join(n.node.Heal(ctx), err)
 }

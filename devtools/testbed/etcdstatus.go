@@ -42,10 +42,10 @@ func (b *Bed) EtcdEndpoints() []string {
 func (n *EtcdNode) Status(ctx context.Context) (EtcdStatus, error) {
 	var st gatewayStatus
 	if err := gatewayCall(ctx, n.DirectAddr(), "/v3/maintenance/status", &st); err != nil {
-		return EtcdStatus{}, fmt.Errorf("%s: status: %w", n.name, err)
+		return EtcdStatus{}, fmt.Errorf("%s: status: %w", n.srv.name, err)
 	}
 	if st.Header.MemberID == 0 {
-		return EtcdStatus{}, fmt.Errorf("%s: status: the answer names no member", n.name)
+		return EtcdStatus{}, fmt.Errorf("%s: status: the answer names no member", n.srv.name)
 	}
 	return EtcdStatus{
 		MemberID:  uint64(st.Header.MemberID),
@@ -62,7 +62,7 @@ func (n *EtcdNode) Status(ctx context.Context) (EtcdStatus, error) {
 func (n *EtcdNode) WaitReady(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.cfg.opts.StartTimeout)
+		ctx, cancel = context.WithTimeout(ctx, n.srv.startTimeout)
 		defer cancel()
 	}
 	var last error
@@ -74,7 +74,7 @@ func (n *EtcdNode) WaitReady(ctx context.Context) error {
 			return nil
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
-			return fmt.Errorf("%s: not ready: %w (last: %v)", n.name, err, last)
+			return fmt.Errorf("%s: not ready: %w (last: %v)", n.srv.name, err, last)
 		}
 	}
 }
@@ -87,14 +87,14 @@ func learnIDs(ctx context.Context, members []*EtcdNode) error {
 	}
 	for _, n := range members {
 		for _, m := range list.Members {
-			if m.Name == n.name {
+			if m.Name == n.srv.name {
 				n.mu.Lock()
 				n.id = uint64(m.ID)
 				n.mu.Unlock()
 			}
 		}
 		if n.ID() == 0 {
-			return fmt.Errorf("%s is not in the member list %+v", n.name, list.Members)
+			return fmt.Errorf("%s is not in the member list %+v", n.srv.name, list.Members)
 		}
 	}
 	return nil

@@ -20,33 +20,6 @@ type Link struct {
 	proxy *nodeProxy
 }
 
-// Link creates a new link to the node. name identifies it among the node's
-// links (one per client, say "client-a"); it must not be empty or in use on
-// this node.
-func (n *RedisNode) Link(name string) (*Link, error) {
-	if name == "" {
-		return nil, fmt.Errorf("%s: link: empty name", n.name)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return nil, fmt.Errorf("%s: link %s: the bed is closed", n.name, name)
-	}
-	for _, l := range n.links {
-		if l.name == name {
-			return nil, fmt.Errorf("%s: link %s already exists", n.name, name)
-		}
-	}
-	// Created under n.mu, with the upstream it guards: see repoint.
-	px, err := newNodeProxy(n.name+"-"+name, n.upstream)
-	if err != nil {
-		return nil, fmt.Errorf("%s: link %s: %w", n.name, name, err)
-	}
-	l := &Link{name: name, node: n.name, proxy: px}
-	n.links = append(n.links, l)
-	return l, nil
-}
-
 // Name is the name the link was created with.
 func (l *Link) Name() string { return l.name }
 

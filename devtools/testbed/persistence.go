@@ -44,13 +44,6 @@ func (n *RedisNode) slowAdmin() *redis.Client {
 		MaxRetries: -1, DisableIdentity: true, ContextTimeoutEnabled: true})
 }
 
-// state returns whether the server runs and whether it is paused.
-func (n *RedisNode) state() (running, paused bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.running, n.paused
-}
-
 // Snapshot makes the server write an RDB of its data now (SAVE, through
 // the direct connection, so faults in the proxy do not stop it), and keeps
 // the file aside. The data directory is left as it was: a later Restart
@@ -58,7 +51,7 @@ func (n *RedisNode) state() (running, paused bool) {
 func (n *RedisNode) Snapshot(ctx context.Context) (Snapshot, error) {
 	n.dataMu.Lock()
 	defer n.dataMu.Unlock()
-	fail := func(err error) (Snapshot, error) { return Snapshot{}, fmt.Errorf("%s: snapshot: %w", n.name, err) }
+	fail := func(err error) (Snapshot, error) { return Snapshot{}, fmt.Errorf("%s: snapshot: %w", n.srv.name, err) }
 	switch running, paused := n.state(); {
 	case !running:
 		return fail(errors.New("not running"))
@@ -72,7 +65,7 @@ func (n *RedisNode) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err := c.Save(sctx).Err(); err != nil {
 		return fail(fmt.Errorf("SAVE: %w", err))
 	}
-	dir := filepath.Join(n.cfg.dir, "snapshots")
+	dir := filepath.Join(n.srv.dir, "snapshots")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)
 	}
@@ -80,10 +73,10 @@ func (n *RedisNode) Snapshot(ctx context.Context) (Snapshot, error) {
 	path := filepath.Join(dir, fmt.Sprintf("%d.rdb", n.snapshots))
 	// Moved, not copied: a dump.rdb left in the data directory would be
 	// loaded by a restart with appendonly no.
-	if err := os.Rename(filepath.Join(n.cfg.dataDir(), rdbFile), path); err != nil {
+	if err := os.Rename(filepath.Join(n.srv.dataDir(), rdbFile), path); err != nil {
 		return fail(err)
 	}
-	return Snapshot{node: n.name, path: path}, nil
+	return Snapshot{node: n.srv.name, path: path}, nil
 }
 
 // RestartFromSnapshot kills the server and starts it again, behind the same
@@ -99,12 +92,12 @@ func (n *RedisNode) Snapshot(ctx context.Context) (Snapshot, error) {
 // rewrite has finished.
 func (n *RedisNode) RestartFromSnapshot(ctx context.Context, s Snapshot) error {
 	if s.path == "" {
-		return fmt.Errorf("%s: restart from snapshot: an empty Snapshot", n.name)
+		return fmt.Errorf("%s: restart from snapshot: an empty Snapshot", n.srv.name)
 	}
 	n.dataMu.Lock()
 	defer n.dataMu.Unlock()
 	fail := func(err error) error {
-		return fmt.Errorf("%s: restart from snapshot %s: %w", n.name, filepath.Base(s.path), err)
+		return fmt.Errorf("%s: restart from snapshot %s: %w", n.srv.name, filepath.Base(s.path), err)
 	}
 	if _, err := os.Stat(s.path); err != nil {
 		return fail(err)
@@ -112,18 +105,14 @@ func (n *RedisNode) RestartFromSnapshot(ctx context.Context, s Snapshot) error {
 	if err := n.Kill(ctx); err != nil {
 		return err
 	}
-	data := n.cfg.dataDir()
+	data := n.srv.dataDir()
 	if err := resetDir(data); err != nil {
 		return fail(err)
 	}
 	if err := copyFile(s.path, filepath.Join(data, rdbFile)); err != nil {
 		return fail(err)
 	}
-	up, err := n.startBackend(ctx, dataRDB)
-	if err != nil {
-		return fail(err)
-	}
-	if err := n.repoint(up); err != nil {
+	if err := n.start(ctx, dataRDB); err != nil {
 		return fail(err)
 	}
 	if n.opts.AppendFsync != FsyncOff {
@@ -235,24 +224,24 @@ func copyFile(from, to string) error {
 func (n *RedisNode) KillLosingTail(ctx context.Context, commands int) (int, error) {
 	if n.opts.AppendFsync != FsyncEverySec {
 		return 0, fmt.Errorf("%s: kill losing the AOF tail: needs AppendFsync=everysec, the bed has %s: %w",
-			n.name, n.opts.AppendFsync, errors.ErrUnsupported)
+			n.srv.name, n.opts.AppendFsync, errors.ErrUnsupported)
 	}
 	if commands < 0 {
-		return 0, fmt.Errorf("%s: kill losing the AOF tail: %d commands", n.name, commands)
+		return 0, fmt.Errorf("%s: kill losing the AOF tail: %d commands", n.srv.name, commands)
 	}
 	n.dataMu.Lock()
 	defer n.dataMu.Unlock()
 	if running, paused := n.state(); running && !paused {
 		if err := n.waitAOFWritten(ctx); err != nil {
-			return 0, fmt.Errorf("%s: kill losing the AOF tail: %w", n.name, err)
+			return 0, fmt.Errorf("%s: kill losing the AOF tail: %w", n.srv.name, err)
 		}
 	}
 	if err := n.Kill(ctx); err != nil {
 		return 0, err
 	}
-	cut, err := cutAOFTail(filepath.Join(n.cfg.dataDir(), aofDir), commands)
+	cut, err := cutAOFTail(filepath.Join(n.srv.dataDir(), aofDir), commands)
 	if err != nil {
-		return cut, fmt.Errorf("%s: kill losing the AOF tail: %w", n.name, err)
+		return cut, fmt.Errorf("%s: kill losing the AOF tail: %w", n.srv.name, err)
 	}
 	return cut, nil
 }

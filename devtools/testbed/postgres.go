@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,22 +18,91 @@ import (
 
 // PostgresNode is the bed's Postgres server.
 type PostgresNode struct {
-	host       string
-	port       int
-	stopServer func(context.Context) error
+	nd *node
+}
+
+// startPostgres starts the bed's Postgres server on p and creates its main
+// database.
+func startPostgres(ctx context.Context, p provider, opts Options) (*PostgresNode, error) {
+	nd, err := newNode(kindPostgres, 1, false)
+	if err != nil {
+		return nil, err
+	}
+	pg := &PostgresNode{nd: nd}
+	srv, err := postgresServer(filepath.Join(p.dir(), kindPostgres), opts)
+	if err == nil {
+		nd.srv = srv
+		nd.run, err = p.runner(srv)
+	}
+	if err == nil {
+		err = nd.start(ctx, dataWipe)
+	}
+	if err == nil {
+		sctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+		defer cancel()
+		err = pg.createMainDB(sctx)
+	}
+	if err != nil {
+		_ = pg.close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return pg, nil
+}
+
+// postgresServer describes the server in dir: on this machine, initdb with
+// the bed's credentials, then postgres on a loopback port, as the postgres
+// user when the bed runs as root (PostgreSQL refuses root); in docker, the
+// image's own way, which reads the credentials from the environment (the
+// official image) or has them baked in (the locally built one).
+func postgresServer(dir string, opts Options) (server, error) {
+	data, pwfile := filepath.Join(dir, "data"), filepath.Join(dir, "pwfile")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return server{}, err
+	}
+	if err := os.WriteFile(pwfile, []byte(PostgresPassword+"\n"), 0o600); err != nil {
+		return server{}, err
+	}
+	return server{
+		name: kindPostgres, kind: kindPostgres, dir: dir, ports: 1, user: "postgres",
+		setup: []string{"initdb", "-D", data, "-U", PostgresUser, "--pwfile=" + pwfile,
+			"-A", "scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"},
+		args: func(ports []int, _ dataMode) []string {
+			return []string{"-D", data, "-p", strconv.Itoa(ports[0]), "-k", dir,
+				"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}
+		},
+		image: &imageRun{cmd: []string{"postgres", "-c", "max_connections=300"}, port: "5432/tcp", env: map[string]string{
+			"POSTGRES_USER": PostgresUser, "POSTGRES_PASSWORD": PostgresPassword, "POSTGRES_DB": PostgresDB}},
+		probe:        pingPostgres,
+		stop:         syscall.SIGQUIT,
+		startTimeout: opts.StartTimeout,
+	}, nil
+}
+
+// pingPostgres logs in once to the server at addrs[0].
+func pingPostgres(ctx context.Context, addrs []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, postgresDSN(addrs[0], "postgres"))
+	if err != nil {
+		return err
+	}
+	return conn.Close(context.Background())
 }
 
 // DSN is the URL of the main database (quorumlock), as its owner.
 func (p *PostgresNode) DSN() string { return p.dsn(PostgresDB) }
 
 // Addr is the server's host:port.
-func (p *PostgresNode) Addr() string { return net.JoinHostPort(p.host, strconv.Itoa(p.port)) }
+func (p *PostgresNode) Addr() string { return p.nd.DirectAddr() }
 
-func (p *PostgresNode) dsn(db string) string {
+func (p *PostgresNode) dsn(db string) string { return postgresDSN(p.Addr(), db) }
+
+// postgresDSN is the URL of database db at addr, as the bed's user.
+func postgresDSN(addr, db string) string {
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.UserPassword(PostgresUser, PostgresPassword),
-		Host:     p.Addr(),
+		Host:     addr,
 		Path:     "/" + db,
 		RawQuery: "sslmode=disable",
 	}
@@ -122,29 +193,6 @@ func (p *PostgresNode) exec(ctx context.Context, db, sql string) error {
 	return err
 }
 
-// waitReady polls until the server accepts a login, the process exits
-// (exited is closed), or ctx ends.
-func (p *PostgresNode) waitReady(ctx context.Context, exited <-chan struct{}) error {
-	var last error
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(cctx, p.dsn("postgres"))
-		cancel()
-		if err == nil {
-			_ = conn.Close(context.Background())
-			return nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("postgres at %s not ready: %w (last: %v)", p.Addr(), ctx.Err(), last)
-		case <-exited:
-			return fmt.Errorf("postgres at %s exited during start (last: %v)", p.Addr(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // createMainDB creates the quorumlock database when it is not there yet.
 func (p *PostgresNode) createMainDB(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, p.dsn("postgres"))
@@ -163,9 +211,4 @@ func (p *PostgresNode) createMainDB(ctx context.Context) error {
 	return err
 }
 
-func (p *PostgresNode) close(ctx context.Context) error {
-	if p.stopServer == nil {
-		return nil
-	}
-	return p.stopServer(ctx)
-}
+func (p *PostgresNode) close(ctx context.Context) error { return p.nd.close(ctx) }

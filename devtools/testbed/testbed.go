@@ -15,9 +15,12 @@
 //     QUORUMLOCK_REDIS_IMAGE, QUORUMLOCK_ETCD_IMAGE and
 //     QUORUMLOCK_POSTGRES_IMAGE (default: the official redis and postgres
 //     images, and quorumlock/etcd:bookworm). On machines with no registry,
-//     `make images` builds local ones from Debian packages. etcd
-//     containers use the host's network, on free loopback ports, so their
-//     peer traffic crosses the same proxies as the local provider's.
+//     `make images` builds local ones from Debian packages. Redis and etcd
+//     containers use the host's network, on free loopback ports, with
+//     their directories bind-mounted at the same paths, so they start as
+//     the local processes do and etcd's peer traffic crosses the same
+//     proxies; this needs an engine on this machine. Postgres runs the
+//     image's own way, on a published port.
 //   - local: redis-server, etcd and postgres processes from the machine's
 //     packages (Debian's etcd-server for etcd), on free loopback ports,
 //     with their data in a temporary directory.
@@ -47,20 +50,22 @@
 // JSON gateway and links neither etcd's client nor gRPC; clients of the
 // members come from devtools/testbed/etcdbed.
 //
+// One node type holds the lifecycle of every server (start, pause,
+// resume, kill, restart with or without data), its state and its
+// addresses; a server description says what each server runs (command
+// line, image form, data directory, readiness probe), and a runner per
+// provider runs it as a process or a container.
+//
 // The package does not import testing, so commands and benchmarks that start
 // a bed do not link the test framework: use New and Close. Tests use
 // devtools/testbed/bedtest, whose Start registers the cleanup on t.
 package testbed
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Provider names accepted by Options.Provider and QUORUMLOCK_TESTBED.
@@ -164,140 +169,4 @@ func (o Options) withDefaults() (Options, error) {
 		o.StartTimeout = 60 * time.Second
 	}
 	return o, nil
-}
-
-// Bed is a running set of servers.
-type Bed struct {
-	// Provider is the provider that started the bed: docker or local.
-	Provider string
-	// Redis holds one handle per master, in a stable order.
-	Redis []*RedisNode
-	// Etcd holds one handle per member of the etcd cluster, in a stable
-	// order (etcd1, etcd2, ...).
-	Etcd []*EtcdNode
-	// Postgres is the Postgres server, or nil when none was asked for.
-	Postgres *PostgresNode
-
-	closeOnce sync.Once
-	closeErr  error
-	closers   []func(context.Context) error
-}
-
-// New starts a bed. Call Close when done.
-func New(ctx context.Context, opts Options) (*Bed, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	p, err := choose(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	b := &Bed{Provider: p.name()}
-	b.closers = append(b.closers, func(context.Context) error { return p.close() })
-	fail := func(err error) (*Bed, error) {
-		_ = b.Close()
-		return nil, fmt.Errorf("testbed (%s): %w%s", p.name(), err, p.hint())
-	}
-	var shim string
-	if opts.Clock && (opts.Redis > 0 || opts.Etcd > 0) {
-		if shim, err = buildClockShim(ctx, p.dir()); err != nil {
-			_ = b.Close()
-			return nil, fmt.Errorf("testbed (%s): Options.Clock: %w", p.name(), err)
-		}
-	}
-	if opts.Postgres {
-		pg, err := p.startPostgres(ctx, opts)
-		if err != nil {
-			return fail(fmt.Errorf("start postgres: %w", err))
-		}
-		b.Postgres = pg
-		b.closers = append(b.closers, pg.close)
-	}
-	if err := b.startRedis(ctx, p, opts, shim); err != nil {
-		return fail(fmt.Errorf("start redis: %w", err))
-	}
-	if opts.Etcd > 0 {
-		members, closeAll, err := startEtcdCluster(ctx, p, opts, shim)
-		b.closers = append(b.closers, closeAll)
-		if err != nil {
-			return fail(fmt.Errorf("start etcd: %w", err))
-		}
-		b.Etcd = members
-	}
-	return b, nil
-}
-
-// startRedis starts opts.Redis masters at once.
-func (b *Bed) startRedis(ctx context.Context, p provider, opts Options, shim string) error {
-	nodes := make([]*RedisNode, opts.Redis)
-	errs := make([]error, opts.Redis)
-	var wg sync.WaitGroup
-	for i := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nodes[i], errs[i] = startRedisNode(ctx, p, i, opts, shim)
-		}()
-	}
-	wg.Wait()
-	for i, n := range nodes {
-		if n != nil {
-			b.Redis = append(b.Redis, n)
-			b.closers = append(b.closers, n.close)
-		} else if errs[i] == nil {
-			errs[i] = errors.New("no node")
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Close stops every server and removes its data. It is safe to call twice.
-func (b *Bed) Close() error {
-	b.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		var errs []error
-		for i := len(b.closers) - 1; i >= 0; i-- {
-			errs = append(errs, b.closers[i](ctx))
-		}
-		b.closeErr = errors.Join(errs...)
-	})
-	return b.closeErr
-}
-
-// RedisAddrs returns the stable client address of every Redis node.
-func (b *Bed) RedisAddrs() []string {
-	addrs := make([]string, len(b.Redis))
-	for i, n := range b.Redis {
-		addrs[i] = n.Addr()
-	}
-	return addrs
-}
-
-// NewRedisClients returns one new client per Redis node, with
-// ClientOptions: they honour context deadlines, never retry a command on
-// their own, and use short socket timeouts, as a lock client should. The
-// caller closes them (bedtest.RedisClients does it when the test ends).
-func (b *Bed) NewRedisClients() []*redis.Client {
-	cs := make([]*redis.Client, len(b.Redis))
-	for i, n := range b.Redis {
-		cs[i] = redis.NewClient(ClientOptions(n.Addr()))
-	}
-	return cs
-}
-
-// ClientOptions are the go-redis options the bed recommends for a lock
-// client of the node at addr.
-func ClientOptions(addr string) *redis.Options {
-	return &redis.Options{
-		Addr:                  addr,
-		DialTimeout:           time.Second,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		MaxRetries:            -1,
-		ContextTimeoutEnabled: true,
-		PoolSize:              32,
-		DisableIdentity:       true,
-	}
 }

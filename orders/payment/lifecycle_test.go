@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/devtools/fakepay"
-	"github.com/quorumlock/quorumlock/devtools/payfake"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
@@ -21,7 +20,7 @@ import (
 type answer struct {
 	name  string
 	free  bool          // the order costs nothing
-	fault payfake.Fault // played on the first charge; 0 for none
+	fault fakepay.Fault // played on the first charge; "" for none
 	// decide is what the provider eventually says about a charge it kept
 	// PENDING; 0 when it never keeps one pending.
 	decide payment.Status
@@ -72,12 +71,12 @@ updated_at = updated_at - interval '1 hour' WHERE order_id = $1`, id); err != ni
 func testEveryStateHasAWayOut(t *testing.T, srv pgServer) {
 	answers := []answer{
 		{name: "succeeds", want: store.StatusPaid},
-		{name: "declines", fault: payfake.FaultDecline, want: store.StatusCancelled},
-		{name: "loses the reply", fault: payfake.FaultLoseReply, want: store.StatusPaid},
-		{name: "loses the request", fault: payfake.FaultDrop, want: store.StatusPaid},
-		{name: "pending, then succeeds", fault: payfake.FaultPending, decide: payment.StatusSucceeded, want: store.StatusPaid},
-		{name: "pending, then declines", fault: payfake.FaultPending, decide: payment.StatusFailed, want: store.StatusCancelled},
-		{name: "rejects the request", fault: payfake.FaultReject, want: store.StatusCancelled},
+		{name: "declines", fault: fakepay.FaultDecline, want: store.StatusCancelled},
+		{name: "loses the reply", fault: fakepay.FaultLoseReply, want: store.StatusPaid},
+		{name: "loses the request", fault: fakepay.FaultDrop, want: store.StatusPaid},
+		{name: "pending, then succeeds", fault: fakepay.FaultPending, decide: payment.StatusSucceeded, want: store.StatusPaid},
+		{name: "pending, then declines", fault: fakepay.FaultPending, decide: payment.StatusFailed, want: store.StatusCancelled},
+		{name: "rejects the request", fault: fakepay.FaultReject, want: store.StatusCancelled},
 		{name: "free order", free: true, want: store.StatusPaid},
 	}
 	for _, a := range answers {
@@ -105,8 +104,8 @@ func walk(t *testing.T, e *env, a answer, backgroundFirst bool) {
 	}
 	o := placeOf(t, e, product)
 	rid := payment.RequestID(o.ID)
-	if a.fault != 0 {
-		e.fake.Inject(rid, a.fault)
+	if a.fault != "" {
+		e.fake.Inject(rid, a.fault, 1)
 	}
 	// The first exit the user takes is to pay; every state after that
 	// must have a way out of its own.
@@ -129,7 +128,7 @@ func walk(t *testing.T, e *env, a answer, backgroundFirst bool) {
 		if !moved && a.decide != "" && !decided {
 			// The provider decides the charge it kept pending; the
 			// reconciler must then find it.
-			if err := e.fake.Complete(rid, a.decide); err != nil {
+			if _, err := e.fake.Complete(rid, a.decide); err != nil {
 				t.Fatal(err)
 			}
 			decided = true
@@ -211,7 +210,7 @@ func testRejectedChargeFailsForGood(t *testing.T, srv pgServer) {
 		ctx := context.Background()
 		o := e.order(t)
 		rid := payment.RequestID(o.ID)
-		e.fake.Inject(rid, payfake.FaultReject)
+		e.fake.Inject(rid, fakepay.FaultReject, 1)
 		got, err := e.svc.Pay(ctx, o.ID)
 		var fe *payment.FailedError
 		if !errors.As(err, &fe) || !fe.Rejected || !errors.Is(err, payment.ErrRejected) || !errors.Is(err, payment.ErrDeclined) {
@@ -243,8 +242,8 @@ func testRejectedChargeFailsForGood(t *testing.T, srv pgServer) {
 		ctx := context.Background()
 		o := e.order(t)
 		rid := payment.RequestID(o.ID)
-		e.fake.Inject(rid, payfake.FaultDrop)
-		e.fake.Inject(rid, payfake.FaultReject)
+		e.fake.Inject(rid, fakepay.FaultDrop, 1)
+		e.fake.Inject(rid, fakepay.FaultReject, 1)
 		if _, err := e.svc.Pay(ctx, o.ID); !errors.Is(err, payment.ErrPending) {
 			t.Fatalf("Pay: %v", err)
 		}

@@ -14,8 +14,8 @@
 // provider never saw the charge, it sends it again with the same id.
 //
 // [HTTPProvider] talks to a provider over HTTP; devtools/fakepay is
-// the HTTP fake provider that devtools/cmd/fakepay serves. The in-process fake for
-// tests is test support, in devtools/payfake.
+// the fake provider that devtools/cmd/fakepay serves, and tests use it in
+// process too.
 package payment
 
 import (

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/quorumlock/quorumlock/devtools/payfake"
+	"github.com/quorumlock/quorumlock/devtools/fakepay"
 	"github.com/quorumlock/quorumlock/devtools/storetest"
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/orders/payment"
@@ -30,7 +30,7 @@ type pgServer = *testbed.PostgresNode
 type env struct {
 	pool *pgxpool.Pool
 	st   *store.Store
-	fake *payfake.Fake
+	fake *fakepay.Server
 	svc  *payment.Service
 	keys int
 }
@@ -52,9 +52,9 @@ func newEnv(t *testing.T, srv pgServer, opts ...payment.Option) *env {
 }
 
 // newFake is an in-process fake provider.
-func newFake(t *testing.T) *payfake.Fake {
+func newFake(t *testing.T) *fakepay.Server {
 	t.Helper()
-	f, err := payfake.New()
+	f, err := fakepay.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestPostgres(t *testing.T) {
 		if p, _ := e.st.GetPayment(ctx, rid); p.Attempts != 1 || p.Status != store.PaymentPending {
 			t.Fatalf("payment %+v", p)
 		}
-		if err := e.fake.Complete(rid, payment.StatusFailed); err != nil {
+		if _, err := e.fake.Complete(rid, payment.StatusFailed); err != nil {
 			t.Fatal(err)
 		}
 		e.age(t)
@@ -391,7 +391,7 @@ func TestPostgres(t *testing.T) {
 			ids = append(ids, payment.RequestID(o.ID))
 		}
 		// Both are unknown to the provider; the first re-charge is lost.
-		e.fake.DropNext(payfake.AnyRequest)
+		e.fake.DropNext(fakepay.AnyKey)
 		e.age(t)
 		rep, err := e.svc.Reconcile(ctx, 0)
 		if err == nil || !errors.Is(err, payment.ErrTimeout) || rep.Errors != 1 || rep.Paid != 1 || rep.Recharged != 2 {

@@ -1,4 +1,4 @@
-package payfake_test
+package fakepay_test
 
 import (
 	"context"
@@ -8,27 +8,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/devtools/payfake"
+	"github.com/quorumlock/quorumlock/devtools/fakepay"
 	"github.com/quorumlock/quorumlock/orders/payment"
 )
 
-func charge(t *testing.T, f *payfake.Fake, id string) (payment.Result, error) {
+func charge(t *testing.T, f *fakepay.Server, id string) (payment.Result, error) {
 	t.Helper()
 	return f.Charge(context.Background(), payment.ChargeRequest{PaymentRequestID: id, OrderID: "o", AmountCents: 100})
 }
 
-func newFake(t *testing.T, opts ...payfake.Option) *payfake.Fake {
+func newFake(t *testing.T, opts ...fakepay.Option) *fakepay.Server {
 	t.Helper()
-	f, err := payfake.New(opts...)
+	f, err := fakepay.New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
 
 func TestNewRefusesNilOption(t *testing.T) {
-	f, err := payfake.New(payfake.WithLatency(0), nil)
-	if !errors.Is(err, payment.ErrInvalid) || !strings.Contains(err.Error(), "option 1 is nil") || f != nil {
+	f, err := fakepay.New(fakepay.WithLatency(0), nil)
+	if !errors.Is(err, fakepay.ErrInvalid) || !strings.Contains(err.Error(), "option 1 is nil") || f != nil {
 		t.Fatalf("New(WithLatency(0), nil) = %v, %v; want an error naming option 1", f, err)
 	}
 }
@@ -100,22 +101,22 @@ func TestFakeFaults(t *testing.T) {
 		if f.Charges("a") != 0 {
 			t.Fatal("pending charge counted")
 		}
-		if err := f.Complete("a", payment.StatusSucceeded); err != nil {
+		if _, err := f.Complete("a", payment.StatusSucceeded); err != nil {
 			t.Fatal(err)
 		}
 		if q, _ := f.Query(context.Background(), "a"); q.Status != payment.StatusSucceeded || f.Charges("a") != 1 {
 			t.Fatalf("query %+v charges %d", q, f.Charges("a"))
 		}
-		if err := f.Complete("a", payment.StatusFailed); !errors.Is(err, payment.ErrInvalid) {
+		if _, err := f.Complete("a", payment.StatusFailed); !errors.Is(err, fakepay.ErrNotPending) {
 			t.Fatalf("completing a settled charge: %v", err)
 		}
-		if err := f.Complete("b", payment.StatusPending); !errors.Is(err, payment.ErrInvalid) {
+		if _, err := f.Complete("b", payment.StatusPending); !errors.Is(err, fakepay.ErrInvalid) {
 			t.Fatalf("completing as pending: %v", err)
 		}
 	})
 	t.Run("AnyRequestAndOrder", func(t *testing.T) {
 		f := newFake(t)
-		f.FailNext(payfake.AnyRequest)
+		f.FailNext(fakepay.AnyKey)
 		f.LoseReplyNext("b")
 		// b's own fault is used first; the any-id fault waits for the next.
 		if _, err := charge(t, f, "b"); !errors.Is(err, payment.ErrTimeout) {
@@ -126,6 +127,34 @@ func TestFakeFaults(t *testing.T) {
 		}
 		if r, _ := charge(t, f, "d"); r.Status != payment.StatusSucceeded {
 			t.Fatalf("d: %+v (faults must be used once)", r)
+		}
+	})
+	t.Run("Reject", func(t *testing.T) {
+		f := newFake(t)
+		if err := f.Inject("a", fakepay.FaultReject, 1); err != nil {
+			t.Fatal(err)
+		}
+		_, err := charge(t, f, "a")
+		if !errors.Is(err, payment.ErrRejected) || !strings.Contains(err.Error(), "refused as invalid") {
+			t.Fatalf("err %v, want a refusal", err)
+		}
+		// The refused request reached the provider: it is counted, and
+		// nothing is recorded.
+		if f.Calls("a") != 1 || f.Charges("a") != 0 || f.Stats().Requests != 1 {
+			t.Fatalf("calls %d charges %d requests %d", f.Calls("a"), f.Charges("a"), f.Stats().Requests)
+		}
+		if q, _ := f.Query(context.Background(), "a"); q.Status != payment.StatusNotFound {
+			t.Fatalf("query %+v", q)
+		}
+	})
+	t.Run("KeyReusedIsRefused", func(t *testing.T) {
+		f := newFake(t)
+		if _, err := charge(t, f, "a"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.Charge(context.Background(), payment.ChargeRequest{PaymentRequestID: "a", OrderID: "other", AmountCents: 100})
+		if !errors.Is(err, payment.ErrRejected) {
+			t.Fatalf("err %v, want a refusal", err)
 		}
 	})
 	t.Run("BadRequest", func(t *testing.T) {
@@ -140,7 +169,7 @@ func TestFakeFaults(t *testing.T) {
 }
 
 func TestFakeLatencyHonoursContext(t *testing.T) {
-	f := newFake(t, payfake.WithLatency(time.Hour))
+	f := newFake(t, fakepay.WithLatency(time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := f.Charge(ctx, payment.ChargeRequest{PaymentRequestID: "a", OrderID: "o", AmountCents: 1}); !errors.Is(err, payment.ErrTimeout) || !errors.Is(err, context.Canceled) {
