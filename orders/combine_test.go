@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/request"
@@ -27,21 +28,21 @@ import (
 // that holds every Lock until it opens, a count of the leases it gave, and
 // a hook run on each lease before it is handed out.
 type gateLocker struct {
-	inner   orders.Locker
+	lease.Locker
 	open    chan struct{}
 	leases  atomic.Int32
-	arrived atomic.Int32 // Lock calls that reached the gate
-	hook    func(n int32, l orders.Lease)
+	arrived atomic.Int32 // LockMulti calls that reached the gate
+	hook    func(n int32, l lease.Lease)
 }
 
-func (g *gateLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
+func (g *gateLocker) LockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
 	g.arrived.Add(1)
 	select {
 	case <-g.open:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	l, err := g.inner.Lock(ctx, keys...)
+	l, err := g.Locker.LockMulti(ctx, keys...)
 	if err == nil {
 		n := g.leases.Add(1)
 		if g.hook != nil {
@@ -68,7 +69,7 @@ func (r *rig) gated(t *testing.T) *gateLocker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ql.Close() })
-	return &gateLocker{inner: orders.QuorumLocker(ql), open: make(chan struct{})}
+	return &gateLocker{Locker: ql, open: make(chan struct{})}
 }
 
 // queueUp posts one request per key, in order, each only once the one
@@ -190,7 +191,7 @@ func TestStaleFenceOnABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.hook = func(n int32, _ orders.Lease) {
+	g.hook = func(n int32, _ lease.Lease) {
 		if n == 1 { // a writer outside the lock takes a token meanwhile
 			if _, err := iss.Next(context.Background(), "stock:42"); err != nil {
 				t.Error(err)

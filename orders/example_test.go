@@ -40,7 +40,7 @@ func Example() {
 	claims, _ := idem.New(nodes)
 	st, _ := store.New(pool)
 	svc, err := orders.New(st,
-		orders.WithLocker(orders.QuorumLocker(locker)),
+		orders.WithLocker(locker),
 		orders.WithIdempotency(claims),
 		orders.WithFallback(orders.FallbackDB))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/idem"
@@ -18,9 +19,9 @@ import (
 
 // fenceFailingLocker wins the lock but cannot take its fence, as a
 // quorum.Locker whose Fencer's database is down answers.
-type fenceFailingLocker struct{}
+type fenceFailingLocker struct{ lease.Locker }
 
-func (fenceFailingLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
+func (fenceFailingLocker) LockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
 	return nil, fmt.Errorf("quorum: lock %q: fence: %w", keys, errors.New("fencing: next token: connection refused"))
 }
 
@@ -43,10 +44,10 @@ func TestFenceFailureIsNotBusy(t *testing.T) {
 	}
 }
 
-type notAcquiredLocker struct{}
+type notAcquiredLocker struct{ lease.Locker }
 
-func (notAcquiredLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
-	return nil, fmt.Errorf("lock %q: %w", keys, orders.ErrLockBusy)
+func (notAcquiredLocker) LockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
+	return nil, fmt.Errorf("lock %q: %w", keys, lease.ErrNotAcquired)
 }
 
 // A body that cannot be read is a 400 whose detail names no socket

@@ -45,27 +45,20 @@ func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
 // tokenLocker is the stock lock of the service, recording every token it
 // hands out so that the test can look for them in the log.
 type tokenLocker struct {
-	l      *quorum.Locker
+	*quorum.Locker
 	mu     sync.Mutex
 	tokens []string
 }
 
-func (r *tokenLocker) Lock(ctx context.Context, keys ...string) (orders.Lease, error) {
-	le, err := r.l.LockMulti(ctx, keys...)
+func (r *tokenLocker) LockMulti(ctx context.Context, keys ...string) (lease.Lease, error) {
+	le, err := r.Locker.LockMulti(ctx, keys...)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	r.tokens = append(r.tokens, le.Token())
 	r.mu.Unlock()
-	return tokenLease{le}, nil
-}
-
-// tokenLease is a quorum lease as the service sees one.
-type tokenLease struct{ lease.Lease }
-
-func (l tokenLease) Detail() orders.LeaseDetail {
-	return orders.LeaseDetail{Key: l.Key(), TokenDigest: lease.TokenDigest(l.Token()), Fence: l.Fence(), Until: l.Until()}
+	return le, nil
 }
 
 // The request log carries the lock key, the token's digest, the fence, the
@@ -87,7 +80,7 @@ func TestRequestLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ql.Close() })
-	locker := &tokenLocker{l: ql}
+	locker := &tokenLocker{Locker: ql}
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	in := r.instance(t, orders.WithLocker(locker), orders.WithLogger(log))
@@ -178,7 +171,7 @@ func TestRequestLogFallback(t *testing.T) {
 	t.Cleanup(func() { _ = ql.Close() })
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	in := r.instance(t, orders.WithLocker(orders.QuorumLocker(ql)), orders.WithLogger(log))
+	in := r.instance(t, orders.WithLocker(ql), orders.WithLogger(log))
 	if a := post(t, in, "u1", "fb-1", buy42); a.Status != http.StatusCreated {
 		t.Fatalf("POST: %d %s", a.Status, a.Body)
 	}

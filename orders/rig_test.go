@@ -130,7 +130,7 @@ func (r *rig) instanceWith(t *testing.T, p payment.Provider, opts ...orders.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append([]orders.Option{orders.WithIdempotency(claims), orders.WithLocker(orders.QuorumLocker(locker)),
+	all := append([]orders.Option{orders.WithIdempotency(claims), orders.WithLocker(locker),
 		orders.WithPayments(payments)}, opts...)
 	svc, err := orders.New(st, all...)
 	if err != nil {

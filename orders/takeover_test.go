@@ -141,10 +141,23 @@ func crashAfterCommit(t *testing.T, r *rig, user, key string) store.Outcome {
 	t.Helper()
 	o, _ := request.ParseBytes([]byte(buy42))
 	id := orders.NewOrderID(t)
-	placed, err := r.st.PlaceOrder(context.Background(), store.PlaceOrder{
-		UserID: user, IdempotencyKey: request.MustKey(key), Fingerprint: o.Fingerprint(), ProductID: "42", Quantity: 1, Fence: 1,
-		OrderID: id, Created: orders.Created(id, o), OutOfStock: orders.OutOfStock(o),
-	})
+	res, err := r.st.PlaceCarts(context.Background(), []store.Cart{{
+		Order: store.OrderRequest{UserID: user, IdempotencyKey: request.MustKey(key), Fingerprint: o.Fingerprint(), Quantity: 1, OrderID: id},
+		Lines: []store.CartLine{{ProductID: "42", Quantity: 1, Fence: 1}},
+		Snapshot: func(out store.Outcome) store.Snapshot {
+			if out.Kind == store.OutcomeOrder {
+				return orders.Created(id, o)
+			}
+			return orders.OutOfStock(o)
+		},
+	}})
+	if err == nil {
+		err = res[0].Err
+	}
+	var placed store.Outcome
+	if len(res) > 0 {
+		placed = res[0].Outcome
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/fencing"
+	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/auth"
 	"github.com/quorumlock/quorumlock/orders/events"
@@ -29,7 +30,7 @@ type deps struct {
 	reg      *prometheus.Registry
 	pool     *pgxpool.Pool
 	clients  []redis.UniversalClient     // the Redis masters: the lock's nodes and the idempotency records
-	lock     orders.Locker               // nil with ORDERS_LOCK=off
+	lock     lease.Locker                // nil with ORDERS_LOCK=off
 	etcdUp   func(context.Context) error // the etcd backend's readiness probe, else nil
 	store    *store.Store
 	payments *payment.Service
@@ -167,7 +168,7 @@ func (d *deps) openLock(cfg config, closers *cleanups) error {
 		return fmt.Errorf("lock: %w", err)
 	}
 	closers.add(func() { _ = locker.Close() })
-	d.lock = orders.QuorumLocker(locker)
+	d.lock = locker
 	return nil
 }
 

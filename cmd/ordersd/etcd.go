@@ -12,7 +12,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/etcdlock"
 	"github.com/quorumlock/quorumlock/lease"
-	"github.com/quorumlock/quorumlock/orders/etcdbackend"
 )
 
 // openEtcdLock opens the etcd backend: a client of ORDERS_ETCD_ENDPOINTS
@@ -35,7 +34,7 @@ func (d *deps) openEtcdLock(cfg config, fences lease.Fencer, obs lease.Observer,
 		return fmt.Errorf("lock: %w", err)
 	}
 	closers.add(func() { _ = locker.Close() })
-	d.lock = etcdbackend.Locker(locker)
+	d.lock = locker
 	d.etcdUp = func(ctx context.Context) error {
 		_, err := cli.Get(clientv3.WithRequireLeader(ctx), "quorumlock/readyz", clientv3.WithCountOnly())
 		return err

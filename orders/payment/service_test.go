@@ -65,17 +65,24 @@ func newFake(t *testing.T) *fakepay.Server {
 func (e *env) order(t *testing.T) store.Order {
 	t.Helper()
 	e.keys++
-	out, err := e.st.PlaceOrder(context.Background(), store.PlaceOrder{
-		UserID:         "u1001",
-		IdempotencyKey: request.MustKey(fmt.Sprintf("req-%03d", e.keys)),
-		Fingerprint:    "fp",
-		ProductID:      "42",
-		Quantity:       1,
-		Fence:          int64(e.keys),
-		OrderID:        fmt.Sprintf("ord_%03d", e.keys),
-		Created:        store.Snapshot{Status: 201, Body: []byte(`{}`)},
-		OutOfStock:     store.Snapshot{Status: 409, Body: []byte(`{}`)},
-	})
+	res, err := e.st.PlaceCarts(context.Background(), []store.Cart{{
+		Order: store.OrderRequest{UserID: "u1001", IdempotencyKey: request.MustKey(fmt.Sprintf("req-%03d", e.keys)),
+			Fingerprint: "fp", Quantity: 1, OrderID: fmt.Sprintf("ord_%03d", e.keys)},
+		Lines: []store.CartLine{{ProductID: "42", Quantity: 1, Fence: int64(e.keys)}},
+		Snapshot: func(o store.Outcome) store.Snapshot {
+			if o.Kind == store.OutcomeOrder {
+				return store.Snapshot{Status: 201, Body: []byte(`{}`)}
+			}
+			return store.Snapshot{Status: 409, Body: []byte(`{}`)}
+		},
+	}})
+	if err == nil {
+		err = res[0].Err
+	}
+	out := store.Outcome{}
+	if len(res) > 0 {
+		out = res[0].Outcome
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,9 +34,9 @@ func testPlaceBatch(t *testing.T, srv pgServer) {
 		e := newEnv(t, srv)
 		ctx := ctxT(t)
 		e.seed(t, "42", 5, 100)
-		b := store.Batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf, Orders: []store.OrderRequest{
+		b := batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf, Orders: []store.OrderRequest{
 			batchOrder("a", "k1", 2), batchOrder("b", "k1", 3), batchOrder("c", "k1", 1), batchOrder("d", "k1", 1)}}
-		res, err := e.st.PlaceBatch(ctx, b)
+		res, err := placeBatch(ctx, e.st, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func testPlaceBatch(t *testing.T, srv pgServer) {
 			t.Fatalf("stock %+v, want 0 left and fence 1", s)
 		}
 		// Every outcome replays, the rejections too.
-		again, err := e.st.PlaceBatch(ctx, b)
+		again, err := placeBatch(ctx, e.st, b)
 		if err != nil || again.Left != -1 {
 			t.Fatalf("replays: left %d, %v; want -1: the stock was not read", again.Left, err)
 		}
@@ -72,9 +72,9 @@ func testPlaceBatch(t *testing.T, srv pgServer) {
 		e.seed(t, "42", 10, 100)
 		other := batchOrder("a", "k1", 1)
 		other.Fingerprint, other.OrderID = "fp-other", "ord_other"
-		b := store.Batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf, Orders: []store.OrderRequest{
+		b := batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf, Orders: []store.OrderRequest{
 			batchOrder("a", "k1", 1), batchOrder("a", "k1", 1), other}}
-		res, err := e.st.PlaceBatch(ctx, b)
+		res, err := placeBatch(ctx, e.st, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func testPlaceBatch(t *testing.T, srv pgServer) {
 		e := newEnv(t, srv)
 		ctx := ctxT(t)
 		e.seed(t, "42", 1, 100)
-		res, err := e.st.PlaceBatch(ctx, store.Batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf,
+		res, err := placeBatch(ctx, e.st, batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf,
 			Orders: []store.OrderRequest{batchOrder("a", "k", 2), batchOrder("b", "k", 3)}})
 		if err != nil || !errors.Is(res.Orders[0].Err, store.ErrOutOfStock) || !errors.Is(res.Orders[1].Err, store.ErrOutOfStock) || res.Left != 1 {
 			t.Fatalf("%+v, %v; want both short and 1 left", res, err)
@@ -123,7 +123,7 @@ func testPlaceBatch(t *testing.T, srv pgServer) {
 			t.Fatalf("reserved %d and %d, want 1 twice", f1, f2)
 		}
 		batch := func(k string, f int64) error {
-			_, err := e.st.PlaceBatch(ctx, store.Batch{ProductID: "42", Fence: f, FenceKey: "stock:42", Snapshot: snapshotOf,
+			_, err := placeBatch(ctx, e.st, batch{ProductID: "42", Fence: f, FenceKey: "stock:42", Snapshot: snapshotOf,
 				Orders: []store.OrderRequest{batchOrder("a", k, 1)}})
 			return err
 		}
@@ -152,15 +152,15 @@ func testPlaceBatch(t *testing.T, srv pgServer) {
 		e := newEnv(t, srv)
 		ctx := ctxT(t)
 		e.seed(t, "42", 1, 100)
-		b := store.Batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf, Orders: []store.OrderRequest{batchOrder("a", "k", 1)}}
-		if res, err := e.st.PlaceBatch(ctx, b); err != nil || res.Orders[0].Err != nil {
+		b := batch{ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf, Orders: []store.OrderRequest{batchOrder("a", "k", 1)}}
+		if res, err := placeBatch(ctx, e.st, b); err != nil || res.Orders[0].Err != nil {
 			t.Fatalf("%+v, %v", res, err)
 		}
 		// The fast path saves a rejection for new keys only: a key with an
 		// order goes back to the normal path, which replays it.
-		sold := store.Batch{ProductID: "42", Snapshot: snapshotOf, Orders: []store.OrderRequest{
+		sold := batch{ProductID: "42", Snapshot: snapshotOf, Orders: []store.OrderRequest{
 			batchOrder("a", "k", 1), batchOrder("b", "k", 1), batchOrder("b", "k", 1)}}
-		out, err := e.st.SaveOutOfStock(ctx, sold)
+		out, err := e.st.SaveOutOfStock(ctx, sold.carts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,18 +176,46 @@ func testPlaceBatch(t *testing.T, srv pgServer) {
 		}
 	})
 
+	t.Run("UnrenderedAnswersWriteNothing", func(t *testing.T) {
+		// A renderer whose snapshot has no HTTP status fails the whole
+		// transaction: nothing is saved that could not be replayed.
+		t.Parallel()
+		e := newEnv(t, srv)
+		ctx := ctxT(t)
+		e.seed(t, "42", 1, 100)
+		for name, status := range map[string]int{"created": 0, "out of stock": 600} {
+			b := batch{ProductID: "42", FenceKey: "stock:42", Orders: []store.OrderRequest{batchOrder("a", "k1", 1), batchOrder("b", "k2", 1)},
+				Snapshot: func(o store.Outcome) store.Snapshot {
+					s := snapshotOf(o)
+					if (o.Kind == store.OutcomeOrder) == (name == "created") {
+						s.Status = status
+					}
+					return s
+				}}
+			if _, err := placeBatch(ctx, e.st, b); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", name, err)
+			}
+		}
+		if s := e.stock(t, "42"); s.Available != 1 || s.LastFence != 0 {
+			t.Fatalf("stock %+v", s)
+		}
+		if n, m := e.count(t, "orders"), e.count(t, "request_outcomes"); n != 0 || m != 0 {
+			t.Fatalf("%d orders, %d outcomes", n, m)
+		}
+	})
+
 	t.Run("BadBatchesWriteNothing", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, srv)
 		ctx := context.Background()
 		e.seed(t, "42", 10, 100)
-		for name, b := range map[string]store.Batch{
+		for name, b := range map[string]batch{
 			"no orders":   {ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf},
 			"no renderer": {ProductID: "42", FenceKey: "stock:42", Orders: []store.OrderRequest{batchOrder("a", "k", 1)}},
 			"no fence":    {ProductID: "42", Snapshot: snapshotOf, Orders: []store.OrderRequest{batchOrder("a", "k", 1)}},
 			"bad order":   {ProductID: "42", FenceKey: "stock:42", Snapshot: snapshotOf, Orders: []store.OrderRequest{batchOrder("a", "k", 0)}},
 		} {
-			if _, err := e.st.PlaceBatch(ctx, b); !errors.Is(err, store.ErrInvalid) {
+			if _, err := placeBatch(ctx, e.st, b); !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("%s: %v, want ErrInvalid", name, err)
 			}
 		}

@@ -73,39 +73,6 @@ func hasKey(m map[outcomeKey]Outcome, k outcomeKey) bool {
 	return ok
 }
 
-// newOrderOutcome is the outcome of a new order of o, with its snapshot.
-func newOrderOutcome(b Batch, o OrderRequest, price, fence int64, now time.Time) Outcome {
-	order := Order{
-		ID: o.OrderID, UserID: o.UserID, ProductID: b.ProductID, Quantity: o.Quantity,
-		AmountCents: price * o.Quantity, IdempotencyKey: o.IdempotencyKey.String(),
-		Fingerprint: o.Fingerprint, Status: StatusCreated, Fence: fence, CreatedAt: now, UpdatedAt: now,
-	}
-	out := orderOutcome(order, 0, nil)
-	snap := b.Snapshot(out)
-	out.ResponseStatus, out.ResponseBody = snap.Status, nonNil(snap.Body)
-	return out
-}
-
-// shortOutcome is the out-of-stock outcome of o, with its snapshot.
-func shortOutcome(b Batch, o OrderRequest, now time.Time) Outcome {
-	out := Outcome{
-		Kind: OutcomeOutOfStock, UserID: o.UserID, IdempotencyKey: o.IdempotencyKey.String(),
-		Fingerprint: o.Fingerprint, ProductID: b.ProductID, Quantity: o.Quantity, CreatedAt: now,
-	}
-	snap := b.Snapshot(out)
-	out.ResponseStatus, out.ResponseBody = snap.Status, nonNil(snap.Body)
-	return out
-}
-
-// pick returns the outcomes of out at the indexes.
-func pick(out []Placed, idx []int) []Outcome {
-	outs := make([]Outcome, len(idx))
-	for j, i := range idx {
-		outs[j] = out[i].Outcome
-	}
-	return outs
-}
-
 // orderRows returns the column arrays of the new orders, for one INSERT
 // over unnest.
 func orderRows(made []Outcome) []any {
@@ -149,9 +116,9 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigi
 
 // answerRepeats answers the orders whose key came earlier in the batch
 // with the first one's outcome, as a replay.
-func answerRepeats(b Batch, out []Placed) {
+func answerRepeats(orders []OrderRequest, out []Placed) {
 	first := map[outcomeKey]int{}
-	for i, o := range b.Orders {
+	for i, o := range orders {
 		k := outcomeKey{o.UserID, o.IdempotencyKey.String()}
 		j, seen := first[k]
 		if !seen {

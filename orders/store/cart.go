@@ -22,16 +22,23 @@ type CartLine struct {
 	ProductID string
 	// Quantity is request.MinQuantity to request.MaxQuantity.
 	Quantity int64
-	// Fence and FenceKey fence the line's stock row as Batch.Fence and
-	// Batch.FenceKey fence a batch's: a reserved token (both set), a token
-	// already taken (Fence only), or the next of FenceKey taken in the
-	// transaction (Fence 0).
+	// Fence and FenceKey say how the line's stock row is fenced:
+	//   - Fence > 0 and FenceKey set: a token reserved by a
+	//     fencing.Reserver (a lease's FenceOf), taken on FenceKey's counter
+	//     in the transaction (fencing.Take); a token taken since makes the
+	//     transaction stale;
+	//   - Fence > 0 and no FenceKey: a token already taken (an Issuer's);
+	//   - Fence 0: the transaction takes the next token of FenceKey itself
+	//     (Postgres arbitrates alone), so concurrent writers get theirs in
+	//     the order they reach the counter and never make each other stale.
+	// Either way the stock row accepts the write only with a fence above
+	// the last one it saw.
 	Fence    int64
 	FenceKey string
 }
 
-// Cart is one order of several products, for [Store.PlaceCart] and
-// [Store.PlaceCarts].
+// Cart is one order, of one product or several, for [Store.PlaceCarts]:
+// a single-product order is a one-line cart.
 type Cart struct {
 	// Order is who asks, under which key, and the new order's id; its
 	// Quantity is the units of every line.
@@ -40,19 +47,13 @@ type Cart struct {
 	// per product: the order in which their stock rows are locked, so
 	// that carts sharing products never deadlock.
 	Lines []CartLine
-	// Snapshot renders the response saved with a new outcome, as for a
-	// Batch.
+	// Snapshot renders the response saved with a new outcome (a created
+	// order, or an out-of-stock rejection) and replayed byte for byte. The
+	// store keeps it as data.
 	Snapshot func(Outcome) Snapshot
 }
 
-// ShortLine is a line of a cart that the stock could not cover.
-type ShortLine struct {
-	ProductID string
-	Quantity  int64
-	Available int64
-}
-
-// CartResult is what [Store.PlaceCart] did with one cart.
+// CartResult is what [Store.PlaceCarts] did with one cart.
 type CartResult struct {
 	Placed
 	// Left is each line's stock after the transaction, in Cart.Lines'
@@ -93,20 +94,12 @@ func (c Cart) validate() error {
 	return nil
 }
 
-// PlaceCart places one cart: PlaceCarts with a batch of one.
-func (s *Store) PlaceCart(ctx context.Context, c Cart) (CartResult, error) {
-	res, err := s.PlaceCarts(ctx, []Cart{c})
-	if err != nil {
-		return CartResult{}, err
-	}
-	return res[0], nil
-}
-
 // PlaceCarts places carts in one transaction, each all lines or none, first
 // come first served, and returns one result per cart, in order:
 //
-//  1. Every (user, idempotency key) is locked and its saved outcome read,
-//     as in PlaceBatch: a saved order or rejection is replayed, or refused
+//  1. Every (user, idempotency key) of the batch is locked, in a fixed
+//     order, on a transaction-scoped advisory lock, and its saved outcome
+//     read: a saved order or rejection is replayed, or refused
 //     with ErrFingerprintMismatch; a key given twice gets the first
 //     cart's answer.
 //  2. For each product of the new carts, in product order (the order in
@@ -178,16 +171,16 @@ func (s *Store) cartsTx(ctx context.Context, carts []Cart) (_ []CartResult, err 
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	b := Batch{Orders: make([]OrderRequest, len(carts))}
+	orders := make([]OrderRequest, len(carts))
 	for i, c := range carts {
-		b.Orders[i] = c.Order
+		orders[i] = c.Order
 	}
 	if !s.noTwinLock {
-		if err := lockKeys(ctx, tx, b.Orders); err != nil {
+		if err := lockKeys(ctx, tx, orders); err != nil {
 			return nil, err
 		}
 	}
-	placed, fresh, err := replays(ctx, tx, b)
+	placed, fresh, err := replays(ctx, tx, orders)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +190,7 @@ func (s *Store) cartsTx(ctx context.Context, carts []Cart) (_ []CartResult, err 
 			return nil, err
 		}
 	}
-	answerRepeats(b, placed)
+	answerRepeats(orders, placed)
 	for i := range out {
 		out[i].Placed = placed[i]
 	}
@@ -227,14 +220,17 @@ func (s *Store) sellCarts(ctx context.Context, tx pgx.Tx, carts []Cart, fresh []
 			placed[i].Outcome = cartShortOutcome(carts[i], sl, now)
 			placed[i].Err = fmt.Errorf("%w: %d of the cart's lines", ErrOutOfStock, len(sl))
 			short = append(short, placed[i].Outcome)
-			continue
+		} else {
+			lines, err := takeLines(carts[i], rows)
+			if err != nil {
+				return err
+			}
+			placed[i].Outcome = cartOrderOutcome(carts[i], lines, now)
+			made = append(made, placed[i].Outcome)
 		}
-		lines, err := takeLines(carts[i], rows)
-		if err != nil {
+		if err := checkSnapshot(placed[i].Outcome); err != nil {
 			return err
 		}
-		placed[i].Outcome = cartOrderOutcome(carts[i], lines, now)
-		made = append(made, placed[i].Outcome)
 	}
 	if err := s.decrement(ctx, tx, rows); err != nil {
 		return err
@@ -281,7 +277,8 @@ func (s *Store) claimRows(ctx context.Context, tx pgx.Tx, carts []Cart, fresh []
 		case err != nil:
 			return nil, fmt.Errorf("store: place carts: read stock of %q: %w", p, err)
 		case last >= r.fence:
-			return nil, fmt.Errorf("store: place carts: %w: product %q saw fence %d, this transaction has %d", ErrStaleFence, p, last, r.fence)
+			return nil, fmt.Errorf("store: place carts: %w", &fencing.RejectedError{Reason: ErrStaleFence,
+				Table: `"product_stock"`, Key: p, Fence: r.fence, Current: last})
 		}
 	}
 	return rows, nil

@@ -47,7 +47,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		e.seed(t, "1", 5, 100)
 		e.seed(t, "2", 5, 30)
 		c := cartOf("u", "k", "1=2", "2=3")
-		res, err := e.st.PlaceCart(ctx, c)
+		res, err := placeCart(ctx, e.st, c)
 		if err != nil || res.Err != nil {
 			t.Fatal(err, res.Err)
 		}
@@ -66,13 +66,13 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		if want := `[{"quantity": 2, "productId": "1", "amountCents": 200}, {"quantity": 3, "productId": "2", "amountCents": 90}]`; payload != want {
 			t.Fatalf("the creation event's lines %s, want %s", payload, want)
 		}
-		again, err := e.st.PlaceCart(ctx, c)
+		again, err := placeCart(ctx, e.st, c)
 		if err != nil || !again.Outcome.Replayed || string(again.Outcome.ResponseBody) != string(res.Outcome.ResponseBody) {
 			t.Fatalf("replay %+v, %v", again, err)
 		}
 		other := c
 		other.Order.Fingerprint = "fp-other"
-		if res, _ := e.st.PlaceCart(ctx, other); !errors.Is(res.Err, store.ErrFingerprintMismatch) {
+		if res, _ := placeCart(ctx, e.st, other); !errors.Is(res.Err, store.ErrFingerprintMismatch) {
 			t.Fatalf("the key reused for another cart: %v", res.Err)
 		}
 		if s := e.stocks(t, "1", "2"); s[0].Available != 3 || s[1].Available != 2 {
@@ -89,7 +89,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 			e.seed(t, p, 2, 10)
 		}
 		before := e.stocks(t, "1", "2", "3")
-		res, err := e.st.PlaceCart(ctx, cartOf("u", "k", "1=1", "2=2", "3=3"))
+		res, err := placeCart(ctx, e.st, cartOf("u", "k", "1=1", "2=2", "3=3"))
 		if err != nil || !errors.Is(res.Err, store.ErrOutOfStock) {
 			t.Fatalf("got %v, %v; want ErrOutOfStock", err, res.Err)
 		}
@@ -102,7 +102,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		if n := e.count(t, "order_lines"); n != 0 {
 			t.Fatalf("%d order lines written", n)
 		}
-		again, err := e.st.PlaceCart(ctx, cartOf("u", "k", "1=1", "2=2", "3=3"))
+		again, err := placeCart(ctx, e.st, cartOf("u", "k", "1=1", "2=2", "3=3"))
 		if err != nil || !again.Outcome.Replayed || again.Outcome.ResponseStatus != 409 {
 			t.Fatalf("the saved 409 did not replay: %+v, %v", again, err)
 		}
@@ -115,7 +115,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		ctx := ctxT(t)
 		e.seed(t, "1", 5, 10)
 		e.seed(t, "2", 5, 10)
-		if _, err := e.st.PlaceCart(ctx, cartOf("u", "k1", "1=1", "9=1")); !errors.Is(err, store.ErrUnknownProduct) {
+		if _, err := placeCart(ctx, e.st, cartOf("u", "k1", "1=1", "9=1")); !errors.Is(err, store.ErrUnknownProduct) {
 			t.Fatalf("unknown product: %v", err)
 		}
 		stale := cartOf("u", "k2", "1=1", "2=1")
@@ -123,7 +123,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		if _, err := e.pool.Exec(ctx, `UPDATE product_stock SET last_fence = 5 WHERE product_id = '2'`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.PlaceCart(ctx, stale); !errors.Is(err, store.ErrStaleFence) {
+		if _, err := placeCart(ctx, e.st, stale); !errors.Is(err, store.ErrStaleFence) {
 			t.Fatalf("stale fence: %v", err)
 		}
 		if s := e.stocks(t, "1", "2"); s[0].Available != 5 || s[1].Available != 5 || s[0].LastFence != 0 {
@@ -140,11 +140,11 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		ctx := ctxT(t)
 		e.seed(t, "1", 5, 10)
 		e.seed(t, "2", 5, 10)
-		a, err := e.st.PlaceCart(ctx, cartOf("u", "ka", "1=2", "2=1"))
+		a, err := placeCart(ctx, e.st, cartOf("u", "ka", "1=2", "2=1"))
 		if err != nil || a.Err != nil {
 			t.Fatal(err, a.Err)
 		}
-		b, err := e.st.PlaceCart(ctx, cartOf("u", "kb", "1=1", "2=3"))
+		b, err := placeCart(ctx, e.st, cartOf("u", "kb", "1=1", "2=3"))
 		if err != nil || b.Err != nil {
 			t.Fatal(err, b.Err)
 		}
@@ -178,7 +178,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 			wg.Go(func() {
 				for i := range 8 {
 					c := cartOf(fmt.Sprint("u", w), fmt.Sprint("k", i), sets[(w+i)%len(sets)]...)
-					if _, err := e.st.PlaceCart(context.Background(), c); err != nil {
+					if _, err := placeCart(context.Background(), e.st, c); err != nil {
 						errs <- err
 					}
 				}
@@ -208,14 +208,14 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 				t.Fatal(err)
 			}
 		}
-		if res, err := e.st.PlaceCart(ctx, c); err != nil || res.Err != nil {
+		if res, err := placeCart(ctx, e.st, c); err != nil || res.Err != nil {
 			t.Fatal(err, res.Err)
 		}
 		// The tokens are the keys' last ones now: a second cart with the
 		// same reservation is stale.
 		c2 := c
 		c2.Order = batchOrder("u", "k2", 2)
-		if _, err := e.st.PlaceCart(ctx, c2); !errors.Is(err, store.ErrStaleFence) {
+		if _, err := placeCart(ctx, e.st, c2); !errors.Is(err, store.ErrStaleFence) {
 			t.Fatalf("a reused reservation: %v", err)
 		}
 	})
@@ -227,7 +227,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 		e.seed(t, "1", 3, 10)
 		e.seed(t, "2", 2, 20)
 		e.seed(t, "3", 5, 30)
-		if _, err := e.st.PlaceCart(ctx, cartOf("u0", "k", "1=1", "3=1")); err != nil { // saved before the batch
+		if _, err := placeCart(ctx, e.st, cartOf("u0", "k", "1=1", "3=1")); err != nil { // saved before the batch
 			t.Fatal(err)
 		}
 		carts := []store.Cart{
@@ -273,7 +273,7 @@ func testPlaceCart(t *testing.T, srv pgServer) {
 			func() store.Cart { c := cartOf("u", "k", "1=1", "2=1"); c.Order.Quantity = 3; return c }(),
 			func() store.Cart { c := cartOf("u", "k", "1=1", "2=1"); c.Snapshot = nil; return c }(),
 		} {
-			if _, err := e.st.PlaceCart(ctxT(t), c); !errors.Is(err, store.ErrInvalid) {
+			if _, err := placeCart(ctxT(t), e.st, c); !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("%+v: %v, want ErrInvalid", c.Lines, err)
 			}
 		}

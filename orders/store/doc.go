@@ -8,27 +8,30 @@
 //
 // # Placing an order
 //
-// [Store.PlaceOrder] runs one transaction:
+// An order is a cart of one line per product; a single-product order is a
+// one-line cart. [Store.PlaceCarts] places a batch of carts in one
+// transaction, under the fences it is given:
 //
 //  1. It serializes requests with the same (user, idempotency key) on a
 //     transaction-scoped advisory lock, then looks for a saved outcome for
-//     that pair: an order, or a saved rejection such as out of stock. If
+//     each pair: an order, or a saved rejection such as out of stock. If
 //     there is one, the request is a replay: the same fingerprint returns
 //     the saved response snapshot, a different one returns
-//     [ErrFingerprintMismatch]. Nothing is written.
-//  2. It takes the stock with a fenced conditional decrement
-//     (available >= quantity AND last_fence < fence), through the fencing
-//     package. A stale fence returns [ErrStaleFence]; an unknown product
+//     [ErrFingerprintMismatch]. Nothing is written for it.
+//  2. It takes each product's fence and locks its stock row, in product
+//     order. A stale fence returns [ErrStaleFence]; an unknown product
 //     returns [ErrUnknownProduct]; both write nothing.
-//  3. Insufficient stock saves a request_outcomes row holding the caller's
-//     OutOfStock snapshot and returns [ErrOutOfStock] with it, so the
-//     rejection replays like a success.
-//  4. Otherwise it inserts the order (status CREATED, under the caller's
-//     order id) with the caller's Created snapshot, in the same
-//     transaction.
+//  3. A cart that the stock cannot cover saves a request_outcomes row
+//     holding the caller's out-of-stock snapshot and gets [ErrOutOfStock]
+//     with it, so the rejection replays like a success.
+//  4. The other carts take their units with one fenced conditional
+//     decrement per product (available >= units AND last_fence < fence,
+//     through the fencing package), and their orders and lines are
+//     inserted (status CREATED, under the caller's order ids) with the
+//     caller's created snapshots, in the same transaction.
 //
 // The store renders nothing and knows no HTTP: the caller hands it the
-// order id and both snapshots (status and body) as data, and the store
+// order ids and a renderer of snapshots (status and body), and the store
 // saves whichever the transaction's outcome calls for.
 //
 // UNIQUE(user_id, idempotency_key) backs step 1: should a twin commit the

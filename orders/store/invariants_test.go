@@ -49,7 +49,7 @@ type shop struct {
 // outcome and error.
 func (e *env) buy(t *testing.T, user, key, productID string, qty int64) (store.Outcome, error) {
 	t.Helper()
-	return e.put(ctxT(t), store.PlaceOrder{
+	return e.put(ctxT(t), placeOrder{
 		UserID:         user,
 		IdempotencyKey: request.MustKey(key),
 		Fingerprint:    fmt.Sprintf("fp-%s-%d", productID, qty),

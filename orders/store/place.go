@@ -53,6 +53,13 @@ type Outcome struct {
 	Short []ShortLine
 }
 
+// ShortLine is a line of a cart that the stock could not cover.
+type ShortLine struct {
+	ProductID string
+	Quantity  int64
+	Available int64
+}
+
 // Snapshot is a response saved with an outcome and replayed byte for byte:
 // an HTTP status and the body. The caller renders it; the store keeps it as
 // data and never looks inside. No content type is kept: it follows from the
@@ -62,127 +69,16 @@ type Snapshot struct {
 	Body   []byte
 }
 
-func (r Snapshot) check(what string) error {
-	if r.Status < 100 || r.Status > 599 {
-		return fmt.Errorf("%w: %s snapshot has HTTP status %d", ErrInvalid, what, r.Status)
+// checkSnapshot refuses an outcome whose rendered snapshot has no HTTP
+// status: it would be saved and replayed as it is.
+func checkSnapshot(o Outcome) error {
+	if o.ResponseStatus < 100 || o.ResponseStatus > 599 {
+		return fmt.Errorf("%w: %s snapshot has HTTP status %d", ErrInvalid, o.Kind, o.ResponseStatus)
 	}
 	return nil
 }
 
-// PlaceOrder is the input of [Store.PlaceOrder]. Every field but FenceKey
-// (or Fence) is required.
-type PlaceOrder struct {
-	// UserID is the authenticated user (1 to request.MaxUserIDLen bytes);
-	// never taken from the request body.
-	UserID string
-	// IdempotencyKey is the client's Idempotency-Key, checked where it
-	// entered.
-	IdempotencyKey request.Key
-	// Fingerprint identifies the request's business content; a replay with
-	// another fingerprint is refused with ErrFingerprintMismatch.
-	Fingerprint string
-	// ProductID is 1 to request.MaxIDLen bytes.
-	ProductID string
-	// Quantity is request.MinQuantity to request.MaxQuantity.
-	Quantity int64
-	// Fence is the fencing token for the product's stock: the lease's
-	// Fence() when the stock lock is held. Zero asks for FenceKey instead.
-	Fence int64
-	// FenceKey, when Fence is zero, is the fencing counter (the key the
-	// lock's Fencer uses) from which the transaction takes its token
-	// itself, once it holds the stock row: the way to write when the
-	// service arbitrates with Postgres alone. Writers then get their fences
-	// in the order they get the row, so concurrent writers never make each
-	// other's fences stale; a token taken before the transaction could
-	// reach the row after a later one and be refused.
-	FenceKey string
-	// OrderID is the id the new order gets (1 to MaxRefLen bytes), made by
-	// the caller so that it can render Created before the transaction.
-	// A replay keeps the saved order's id.
-	OrderID string
-	// Created is the response snapshot saved with a new order and replayed
-	// byte for byte.
-	Created Snapshot
-	// OutOfStock is the response snapshot saved when the stock is short,
-	// and replayed like Created.
-	OutOfStock Snapshot
-}
-
-func (p PlaceOrder) validate() error {
-	if err := checkText("user id", p.UserID, request.MaxUserIDLen); err != nil {
-		return err
-	}
-	if p.IdempotencyKey.IsZero() {
-		return fmt.Errorf("%w: no idempotency key", ErrInvalid)
-	}
-	if err := checkText("fingerprint", p.Fingerprint, MaxFingerprintLen); err != nil {
-		return err
-	}
-	if err := checkText("product id", p.ProductID, request.MaxIDLen); err != nil {
-		return err
-	}
-	if p.Quantity < request.MinQuantity || p.Quantity > request.MaxQuantity {
-		return fmt.Errorf("%w: quantity %d is outside %d..%d", ErrInvalid, p.Quantity, request.MinQuantity, request.MaxQuantity)
-	}
-	if err := checkText("order id", p.OrderID, MaxRefLen); err != nil {
-		return err
-	}
-	if err := p.Created.check("created"); err != nil {
-		return err
-	}
-	if err := p.OutOfStock.check("out-of-stock"); err != nil {
-		return err
-	}
-	switch {
-	case p.Fence < 0:
-		return fmt.Errorf("%w: fence %d is negative", ErrInvalid, p.Fence)
-	case p.Fence == 0 && p.FenceKey == "":
-		return fmt.Errorf("%w: neither a fence nor a fence key", ErrInvalid)
-	case p.Fence > 0 && p.FenceKey != "":
-		return fmt.Errorf("%w: both a fence and a fence key", ErrInvalid)
-	}
-	return nil
-}
-
-// PlaceOrder places one order in one transaction, or answers from the
-// outcome already saved for (p.UserID, p.IdempotencyKey): [Store.PlaceBatch]
-// with one order, saving p.Created with a new order and p.OutOfStock with
-// a rejection. The results are:
-//
-//   - a new order: the Outcome (Kind OutcomeOrder, Replayed false) and nil;
-//   - a replay of a saved order with the same fingerprint: the saved
-//     Outcome (Replayed true) and nil;
-//   - out of stock, new or replayed: the saved Outcome (Kind
-//     OutcomeOutOfStock) and an error wrapping ErrOutOfStock — the snapshot
-//     in the Outcome is the answer to send;
-//   - ErrFingerprintMismatch when the key was used for another request;
-//   - ErrUnknownProduct, ErrStaleFence or ErrInvalid, with nothing written.
-//
-// Other errors (the database is unreachable, the context ended) leave the
-// database as it was unless the commit itself was interrupted; the caller
-// can then tell with [Store.Lookup], which waits for any transaction of the
-// same (user, key) still in flight.
-func (s *Store) PlaceOrder(ctx context.Context, p PlaceOrder) (Outcome, error) {
-	if err := p.validate(); err != nil {
-		return Outcome{}, err
-	}
-	out, err := s.PlaceBatch(ctx, Batch{
-		ProductID: p.ProductID, Fence: p.Fence, FenceKey: p.FenceKey,
-		Orders: []OrderRequest{{UserID: p.UserID, IdempotencyKey: p.IdempotencyKey, Fingerprint: p.Fingerprint,
-			Quantity: p.Quantity, OrderID: p.OrderID}},
-		Snapshot: func(o Outcome) Snapshot {
-			if o.Kind == OutcomeOrder {
-				return p.Created
-			}
-			return p.OutOfStock
-		},
-	})
-	if err != nil {
-		return Outcome{}, err
-	}
-	return out.Orders[0].Outcome, out.Orders[0].Err
-}
-
+// outOfStockErr is the error of an order the stock of productID cannot cover.
 func outOfStockErr(productID string, qty int64) error {
 	return fmt.Errorf("%w: product %q, quantity %d", ErrOutOfStock, productID, qty)
 }
@@ -211,7 +107,7 @@ func replay(saved Outcome, fingerprint string) (Outcome, error) {
 // fingerprint and response snapshot (Replayed is true), or an error
 // wrapping [ErrNotFound].
 //
-// Lookup first waits for any PlaceOrder of the same pair that is still in
+// Lookup first waits for any PlaceCarts of the same pair that is still in
 // its transaction, so ErrNotFound means that no outcome was committed and
 // none was being committed when Lookup returned. A request whose processing
 // lease expired can use it to decide between replaying and proceeding.

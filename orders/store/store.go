@@ -38,19 +38,19 @@ var (
 	// does not exist.
 	ErrNotFound = errors.New("store: not found")
 
-	// ErrUnknownProduct reports a PlaceOrder for a product that has no stock
+	// ErrUnknownProduct reports an order for a product that has no stock
 	// row. Nothing is written.
 	ErrUnknownProduct = errors.New("store: unknown product")
 
 	// ErrOutOfStock reports that the product had fewer units than asked
-	// for. PlaceOrder returns it together with the saved 409 outcome.
+	// for. PlaceCarts returns it together with the saved 409 outcome.
 	ErrOutOfStock = errors.New("store: out of stock")
 
 	// ErrFingerprintMismatch reports an idempotency key reused for a
 	// different request. Nothing is written.
 	ErrFingerprintMismatch = errors.New("store: idempotency key reused with a different request")
 
-	// ErrStaleFence reports a PlaceOrder whose fence is not above the last
+	// ErrStaleFence reports a placement whose fence is not above the last
 	// fence the product's stock row accepted: the caller's lease was
 	// superseded. Nothing is written. It is the same value as
 	// fencing.ErrStaleFence, so either matches with errors.Is.
@@ -306,7 +306,7 @@ func getOrder(ctx context.Context, q querier, orderID string) (Order, error) {
 // SeedProduct creates the stock row of productID or resets its available
 // units and price; its fence history (last_fence) is kept. It is meant for
 // tests, the demo and back-office tools; orders move stock through
-// PlaceOrder and Transition.
+// PlaceCarts and Transition.
 //
 // The units it adds or takes away are counted in the row's stocked total
 // (a new product is stocked with available; a reset adds the new available

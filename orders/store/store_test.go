@@ -98,8 +98,8 @@ func (e *env) count(t *testing.T, table string) int {
 // req is the standard request of the seed scenario: u1001 buys one unit of
 // product 42 with key req-001. It has no order id or snapshots: put gives
 // each attempt its own, as the service does.
-func (e *env) req(t *testing.T) store.PlaceOrder {
-	return store.PlaceOrder{
+func (e *env) req(t *testing.T) placeOrder {
+	return placeOrder{
 		UserID:         "u1001",
 		IdempotencyKey: request.MustKey("req-001"),
 		Fingerprint:    "fp-42x1",
@@ -111,7 +111,7 @@ func (e *env) req(t *testing.T) store.PlaceOrder {
 
 // put runs PlaceOrder as one attempt of the service would: with a new
 // order id and both answers rendered, unless p brings its own.
-func (e *env) put(ctx context.Context, p store.PlaceOrder) (store.Outcome, error) {
+func (e *env) put(ctx context.Context, p placeOrder) (store.Outcome, error) {
 	if p.OrderID == "" {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
@@ -125,11 +125,11 @@ func (e *env) put(ctx context.Context, p store.PlaceOrder) (store.Outcome, error
 		p.OutOfStock = store.Snapshot{Status: http.StatusConflict, Body: fmt.Appendf(nil,
 			`{"title":"Out of stock","status":409,"productId":%q}`, p.ProductID)}
 	}
-	return e.st.PlaceOrder(ctx, p)
+	return placeOne(ctx, e.st, p)
 }
 
 // full is req with an order id and both snapshots: a complete input.
-func (e *env) full(t *testing.T) store.PlaceOrder {
+func (e *env) full(t *testing.T) placeOrder {
 	p := e.req(t)
 	p.OrderID = "ord_full"
 	p.Created = store.Snapshot{Status: http.StatusCreated, Body: []byte(`{}`)}
@@ -138,7 +138,7 @@ func (e *env) full(t *testing.T) store.PlaceOrder {
 }
 
 // place places an order that must succeed.
-func (e *env) place(t *testing.T, p store.PlaceOrder) store.Outcome {
+func (e *env) place(t *testing.T, p placeOrder) store.Outcome {
 	t.Helper()
 	out, err := e.put(context.Background(), p)
 	if err != nil {
@@ -468,33 +468,32 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		t.Parallel()
 		e := newEnv(t, srv)
 		e.seed(t, "42", 5, 100)
-		mods := map[string]func(*store.PlaceOrder){
-			"noUser":       func(p *store.PlaceOrder) { p.UserID = "" },
-			"longUser":     func(p *store.PlaceOrder) { p.UserID = strings.Repeat("u", request.MaxUserIDLen+1) },
-			"noKey":        func(p *store.PlaceOrder) { p.IdempotencyKey = request.Key{} },
-			"badUTF8":      func(p *store.PlaceOrder) { p.UserID = "\xff" },
-			"nulUser":      func(p *store.PlaceOrder) { p.UserID = "a\x00b" },
-			"noFP":         func(p *store.PlaceOrder) { p.Fingerprint = "" },
-			"noProduct":    func(p *store.PlaceOrder) { p.ProductID = "" },
-			"longProduct":  func(p *store.PlaceOrder) { p.ProductID = strings.Repeat("4", request.MaxIDLen+1) },
-			"zeroQty":      func(p *store.PlaceOrder) { p.Quantity = 0 },
-			"negQty":       func(p *store.PlaceOrder) { p.Quantity = -1 },
-			"hugeQty":      func(p *store.PlaceOrder) { p.Quantity = request.MaxQuantity + 1 },
-			"zeroFence":    func(p *store.PlaceOrder) { p.Fence = 0 },
-			"negFence":     func(p *store.PlaceOrder) { p.Fence = -5 },
-			"noOrderID":    func(p *store.PlaceOrder) { p.OrderID = "" },
-			"longOrderID":  func(p *store.PlaceOrder) { p.OrderID = strings.Repeat("o", store.MaxRefLen+1) },
-			"noCreated":    func(p *store.PlaceOrder) { p.Created = store.Snapshot{} },
-			"created600":   func(p *store.PlaceOrder) { p.Created.Status = 600 },
-			"noOutOfStock": func(p *store.PlaceOrder) { p.OutOfStock = store.Snapshot{} },
-			"outOfStock99": func(p *store.PlaceOrder) { p.OutOfStock.Status = 99 },
-			"fenceAndKey":  func(p *store.PlaceOrder) { p.FenceKey = "stock:42" },
-			"neitherFence": func(p *store.PlaceOrder) { p.Fence, p.FenceKey = 0, "" },
+		mods := map[string]func(*placeOrder){
+			"noUser":       func(p *placeOrder) { p.UserID = "" },
+			"longUser":     func(p *placeOrder) { p.UserID = strings.Repeat("u", request.MaxUserIDLen+1) },
+			"noKey":        func(p *placeOrder) { p.IdempotencyKey = request.Key{} },
+			"badUTF8":      func(p *placeOrder) { p.UserID = "\xff" },
+			"nulUser":      func(p *placeOrder) { p.UserID = "a\x00b" },
+			"noFP":         func(p *placeOrder) { p.Fingerprint = "" },
+			"noProduct":    func(p *placeOrder) { p.ProductID = "" },
+			"longProduct":  func(p *placeOrder) { p.ProductID = strings.Repeat("4", request.MaxIDLen+1) },
+			"zeroQty":      func(p *placeOrder) { p.Quantity = 0 },
+			"negQty":       func(p *placeOrder) { p.Quantity = -1 },
+			"hugeQty":      func(p *placeOrder) { p.Quantity = request.MaxQuantity + 1 },
+			"zeroFence":    func(p *placeOrder) { p.Fence = 0 },
+			"negFence":     func(p *placeOrder) { p.Fence = -5 },
+			"noOrderID":    func(p *placeOrder) { p.OrderID = "" },
+			"longOrderID":  func(p *placeOrder) { p.OrderID = strings.Repeat("o", store.MaxRefLen+1) },
+			"noCreated":    func(p *placeOrder) { p.Created = store.Snapshot{} },
+			"created600":   func(p *placeOrder) { p.Created.Status = 600 },
+			"noOutOfStock": func(p *placeOrder) { p.OutOfStock = store.Snapshot{} },
+			"outOfStock99": func(p *placeOrder) { p.OutOfStock.Status = 99 },
+			"neitherFence": func(p *placeOrder) { p.Fence, p.FenceKey = 0, "" },
 		}
 		for name, mod := range mods {
 			p := e.full(t)
 			mod(&p)
-			if _, err := e.st.PlaceOrder(context.Background(), p); !errors.Is(err, store.ErrInvalid) {
+			if _, err := placeOne(context.Background(), e.st, p); !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("%s: err %v, want ErrInvalid", name, err)
 			}
 		}
@@ -516,7 +515,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		p.OrderID = "ord_given"
 		p.Created = store.Snapshot{Status: 201, Body: []byte("order ord_given, as rendered")}
 		p.OutOfStock = store.Snapshot{Status: 409, Body: []byte("none left, as rendered")}
-		out, err := e.st.PlaceOrder(context.Background(), p)
+		out, err := placeOne(context.Background(), e.st, p)
 		if err != nil || out.Order.ID != "ord_given" || string(out.ResponseBody) != "order ord_given, as rendered" {
 			t.Fatalf("placed %+v %q, %v", out.Order, out.ResponseBody, err)
 		}
@@ -526,7 +525,7 @@ func testPlaceOrder(t *testing.T, srv pgServer) {
 		}
 		q := p
 		q.IdempotencyKey, q.OrderID, q.Fence = request.MustKey("req-002"), "ord_other", e.nextFence(t, "42")
-		rej, err := e.st.PlaceOrder(context.Background(), q)
+		rej, err := placeOne(context.Background(), e.st, q)
 		if !errors.Is(err, store.ErrOutOfStock) || rej.ResponseStatus != 409 || string(rej.ResponseBody) != "none left, as rendered" {
 			t.Fatalf("rejection %d %q, %v", rej.ResponseStatus, rej.ResponseBody, err)
 		}

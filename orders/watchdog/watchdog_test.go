@@ -175,12 +175,24 @@ func (s *shop) exec(t *testing.T, sql string, args ...any) {
 func (s *shop) buy(t *testing.T, user, key, product string, qty int64) store.Order {
 	t.Helper()
 	id := "ord_" + strings.ReplaceAll(key, "-", "_")
-	out, err := s.Store.PlaceOrder(ctxT(t), store.PlaceOrder{
-		UserID: user, IdempotencyKey: request.MustKey(key), Fingerprint: fmt.Sprintf("fp-%s-%d", product, qty),
-		ProductID: product, Quantity: qty, FenceKey: "stock:" + product, OrderID: id,
-		Created:    store.Snapshot{Status: http.StatusCreated, Body: []byte(`{}`)},
-		OutOfStock: store.Snapshot{Status: http.StatusConflict, Body: []byte(`{}`)},
-	})
+	res, err := s.Store.PlaceCarts(ctxT(t), []store.Cart{{
+		Order: store.OrderRequest{UserID: user, IdempotencyKey: request.MustKey(key), Fingerprint: fmt.Sprintf("fp-%s-%d", product, qty),
+			Quantity: qty, OrderID: id},
+		Lines: []store.CartLine{{ProductID: product, Quantity: qty, FenceKey: "stock:" + product}},
+		Snapshot: func(o store.Outcome) store.Snapshot {
+			if o.Kind == store.OutcomeOrder {
+				return store.Snapshot{Status: http.StatusCreated, Body: []byte(`{}`)}
+			}
+			return store.Snapshot{Status: http.StatusConflict, Body: []byte(`{}`)}
+		},
+	}})
+	if err == nil {
+		err = res[0].Err
+	}
+	var out store.Outcome
+	if len(res) > 0 {
+		out = res[0].Outcome
+	}
 	if err != nil || out.Kind != store.OutcomeOrder {
 		t.Fatalf("buy %s x%d: %+v, %v", product, qty, out, err)
 	}

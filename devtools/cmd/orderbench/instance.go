@@ -18,7 +18,6 @@ import (
 	"github.com/quorumlock/quorumlock/fencing"
 	"github.com/quorumlock/quorumlock/lease"
 	"github.com/quorumlock/quorumlock/orders"
-	"github.com/quorumlock/quorumlock/orders/etcdbackend"
 	"github.com/quorumlock/quorumlock/orders/idem"
 	"github.com/quorumlock/quorumlock/orders/store"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -123,7 +122,7 @@ func (b *bench) startInstance(ctx context.Context, p runPlan) (*instance, error)
 // ordersd does (its openLock and openEtcdLock, with their defaults): a
 // quorum.Locker on the instance's Redis clients, or an etcdlock.Locker on
 // an etcd client of the instance's own, of the members' own addresses.
-func (b *bench) openLock(in *instance, backend string, fences lease.Fencer) (orders.Locker, error) {
+func (b *bench) openLock(in *instance, backend string, fences lease.Fencer) (lease.Locker, error) {
 	if backend == backendEtcd {
 		cli, err := clientv3.New(etcdbed.Config(b.etcdAddrs...))
 		if err != nil {
@@ -135,14 +134,14 @@ func (b *bench) openLock(in *instance, backend string, fences lease.Fencer) (ord
 			return nil, err
 		}
 		in.locker = l
-		return etcdbackend.Locker(l), nil
+		return l, nil
 	}
 	l, err := quorum.New(in.clients, quorum.WithTTL(lockTTL), quorum.WithMaxWait(b.cfg.lockWait), quorum.WithFencer(fences))
 	if err != nil {
 		return nil, err
 	}
 	in.locker = l
-	return orders.QuorumLocker(l), nil
+	return l, nil
 }
 
 // close stops the server (waiting for requests in flight), then closes the

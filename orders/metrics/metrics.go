@@ -1,4 +1,6 @@
-package orders
+// Package metrics holds the order service's Prometheus series; every layer
+// of the service records its own events in them.
+package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +28,8 @@ type Metrics struct {
 var placeOutcomes = []string{"created", "replayed", "in_progress", "out_of_stock", "fingerprint_mismatch", "unknown_product",
 	"stale_fence", "lock_busy", "lock_unavailable", "shed", "cancelled", "invalid", "error"}
 
-// NewMetrics registers the service's metrics on reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// New registers the service's metrics on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_idempotency_claims_total",
@@ -73,44 +75,49 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, o := range placeOutcomes {
 		m.places.WithLabelValues(o)
 	}
-	for _, f := range []Fallback{FallbackDB, FallbackReject} {
-		m.fallbacks.WithLabelValues(string(f))
+	for _, f := range []string{"db", "reject"} { // the lock fallbacks
+		m.fallbacks.WithLabelValues(f)
 	}
 	return m, nil
 }
 
-func (m *Metrics) claim(outcome string) {
+// Claim counts an idempotency claim by its outcome.
+func (m *Metrics) Claim(outcome string) {
 	if m != nil {
 		m.claims.WithLabelValues(outcome).Inc()
 	}
 }
 
-func (m *Metrics) place(outcome string) {
+// Place counts a placement by its result.
+func (m *Metrics) Place(outcome string) {
 	if m != nil {
 		m.places.WithLabelValues(outcome).Inc()
 	}
 }
 
-func (m *Metrics) batch(n int) {
+// Batch records the size of a batch.
+func (m *Metrics) Batch(n int) {
 	if m != nil {
 		m.batches.Observe(float64(n))
 	}
 }
 
-// fallback counts n requests that could not take the stock lock.
-func (m *Metrics) fallback(mode string, n int) {
+// Fallback counts n requests that could not take the stock lock.
+func (m *Metrics) Fallback(mode string, n int) {
 	if m != nil {
 		m.fallbacks.WithLabelValues(mode).Add(float64(n))
 	}
 }
 
-func (m *Metrics) repair() {
+// Repair counts an idempotency record repaired from Postgres.
+func (m *Metrics) Repair() {
 	if m != nil {
 		m.repairs.Inc()
 	}
 }
 
-func (m *Metrics) observe(route string, code int, seconds float64) {
+// Observe records a request's duration by route and status code.
+func (m *Metrics) Observe(route string, code int, seconds float64) {
 	if m != nil {
 		m.requests.WithLabelValues(route, itoa(code)).Observe(seconds)
 	}
@@ -124,8 +131,8 @@ func itoa(n int) string {
 	return "other"
 }
 
-// waiting moves orders_queued_requests by d.
-func (m *Metrics) waiting(d int) {
+// Waiting moves orders_queued_requests by d.
+func (m *Metrics) Waiting(d int) {
 	if m != nil {
 		m.queued.Add(float64(d))
 	}

@@ -1,4 +1,4 @@
-package orders_test
+package metrics_test
 
 import (
 	"testing"
@@ -6,14 +6,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/quorumlock/quorumlock/orders"
+	"github.com/quorumlock/quorumlock/orders/metrics"
 )
 
 // The labelled counters the alerts read exist at zero before their first
 // event, so that increase() counts that event after a restart.
 func TestMetricsStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := orders.NewMetrics(reg); err != nil {
+	if _, err := metrics.New(reg); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]int{

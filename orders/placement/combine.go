@@ -1,4 +1,4 @@
-package orders
+package placement
 
 import (
 	"context"
@@ -6,25 +6,36 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/orders/request"
-	"github.com/quorumlock/quorumlock/orders/store"
 )
 
-// combiner queues the requests for each product on this instance and
-// places them in batches: the request at the head of a queue leads, takes
-// the stock lock once, and places every queued order (up to the batch
-// limit) in one transaction under that lease; then it hands the lead to
-// the next request in the queue, if any, and answers. Orders are served in
-// arrival order. Queues are bounded in length and in wait, and a queue
-// disappears once empty.
+// combiner queues the requests on this instance and places them in
+// batches: the request at the head of a queue leads, and runs the batch
+// function once on every queued order (up to the batch limit), which
+// places them in one transaction under one lease; then it hands the lead
+// to the next request in the queue, if any, and answers. Orders are served
+// in arrival order. Queues are bounded in length and in wait, and a queue
+// disappears once empty. The combiner knows nothing of what a batch does:
+// it runs the function it was given.
 type combiner struct {
-	s      *Service
+	combinerConfig
 	mu     sync.Mutex
 	queues map[string]*queue
-	known  map[string]struct{} // products seen in Postgres (they are never deleted)
 }
 
-// maxKnown bounds the known products; past it the set starts again.
-const maxKnown = 100_000
+// combinerConfig is what a combiner runs and its bounds.
+type combinerConfig struct {
+	// run places one batch of the queue named queue, led by the request
+	// whose context is ctx; soldOut says that a transaction found the
+	// queue's product without stock moments ago. It returns one result per
+	// ticket, and the products the batch found without stock.
+	run func(ctx context.Context, queue string, batch []*ticket, soldOut bool) ([]Result, []string)
+	// unplaced is the answer of a request that leaves without a batch.
+	unplaced func(result, detail string) Result
+	// waiting moves the gauge of the waiting requests.
+	waiting                func(d int)
+	batchLimit, queueLimit int
+	queueWait, soldOutFor  time.Duration
+}
 
 // queue is one product's waiting requests; under the combiner's mu.
 type queue struct {
@@ -37,8 +48,7 @@ type queue struct {
 // ticket is one request in a queue.
 type ticket struct {
 	ctx    context.Context
-	req    store.OrderRequest
-	items  []request.Line // a cart's lines (the carts' queue only)
+	order  Order
 	joined time.Time
 	done   chan ticketEnd // capacity 1
 	taken  bool           // in a batch: it waits for its result
@@ -47,57 +57,47 @@ type ticket struct {
 
 // ticketEnd is what a ticket is told: its result, or to lead.
 type ticketEnd struct {
-	res  placed
+	res  Result
 	lead bool
 }
 
-func newCombiner(s *Service) *combiner {
-	return &combiner{s: s, queues: map[string]*queue{}, known: map[string]struct{}{}}
+func newCombiner(c combinerConfig) *combiner {
+	return &combiner{combinerConfig: c, queues: map[string]*queue{}}
 }
 
-// isKnown reports whether product was seen in Postgres.
-func (c *combiner) isKnown(product string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.known[product]
-	return ok
-}
-
-// learn notes that product exists.
-func (c *combiner) learn(product string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.known) >= maxKnown {
-		clear(c.known)
-	}
-	c.known[product] = struct{}{}
-}
-
-// cartQueue is the name of the queue of this instance's carts: no product
-// id can have it (ids are visible ASCII).
+// cartQueue is the name of the queue of this instance's carts of several
+// products: no product id can have it (ids are visible ASCII).
 const cartQueue = "\x00carts"
 
 // maxCartKeys bounds the products of one batch of carts: the keys of its
 // lease.
 const maxCartKeys = 64
 
-// join queues req (a cart's, with its items, in cartQueue) for product
-// and waits for its result: placed by this request as the leader of a
-// batch, or by another one.
-func (c *combiner) join(ctx context.Context, product string, req store.OrderRequest, items []request.Line) placed {
-	t := &ticket{ctx: ctx, req: req, items: items, joined: time.Now(), done: make(chan ticketEnd, 1)}
+// queueOf is the queue of an order of lines: its product's for one line,
+// the carts' for several.
+func queueOf(lines []request.Line) string {
+	if len(lines) == 1 {
+		return lines[0].ProductID
+	}
+	return cartQueue
+}
+
+// join queues o in queue product and waits for its result: placed by this
+// request as the leader of a batch, or by another one.
+func (c *combiner) join(ctx context.Context, product string, o Order) Result {
+	t := &ticket{ctx: ctx, order: o, joined: time.Now(), done: make(chan ticketEnd, 1)}
 	c.mu.Lock()
 	q := c.queues[product]
 	if q == nil {
 		q = &queue{product: product}
 		c.queues[product] = q
 	}
-	if len(q.waiting) >= c.s.queueLimit {
+	if len(q.waiting) >= c.queueLimit {
 		c.mu.Unlock()
-		return c.s.unplaced(placeLog{result: "shed"}, "too many requests wait for this product; retry")
+		return c.unplaced("shed", "too many requests wait for this product; retry")
 	}
 	q.waiting = append(q.waiting, t)
-	c.s.metrics.waiting(1)
+	c.waiting(1)
 	lead := !q.leading
 	q.leading = true
 	c.mu.Unlock()
@@ -110,17 +110,17 @@ func (c *combiner) join(ctx context.Context, product string, req store.OrderRequ
 // wait waits for t's result, or for the lead, up to the queue wait; a
 // request whose context ends or whose wait runs out while it is still
 // queued leaves the queue and writes nothing.
-func (c *combiner) wait(q *queue, t *ticket) placed {
-	timer := time.NewTimer(c.s.queueWait)
+func (c *combiner) wait(q *queue, t *ticket) Result {
+	timer := time.NewTimer(c.queueWait)
 	defer timer.Stop()
-	var gone placed
+	var gone Result
 	select {
 	case e := <-t.done:
 		return c.ended(q, t, e)
 	case <-t.ctx.Done():
-		gone = c.s.unplaced(placeLog{result: "cancelled"}, "request cancelled or out of time")
+		gone = c.unplaced("cancelled", "request cancelled or out of time")
 	case <-timer.C:
-		gone = c.s.unplaced(placeLog{result: "shed"}, "the product is busy; retry")
+		gone = c.unplaced("shed", "the product is busy; retry")
 	}
 	if c.leave(q, t) {
 		return gone
@@ -129,7 +129,7 @@ func (c *combiner) wait(q *queue, t *ticket) placed {
 }
 
 // ended handles what t was told.
-func (c *combiner) ended(q *queue, t *ticket, e ticketEnd) placed {
+func (c *combiner) ended(q *queue, t *ticket, e ticketEnd) Result {
 	if e.lead {
 		return c.lead(q, t)
 	}
@@ -147,7 +147,7 @@ func (c *combiner) leave(q *queue, t *ticket) bool {
 	for i, w := range q.waiting {
 		if w == t {
 			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
-			c.s.metrics.waiting(-1)
+			c.waiting(-1)
 			return true
 		}
 	}
@@ -156,13 +156,14 @@ func (c *combiner) leave(q *queue, t *ticket) bool {
 
 // lead places one batch of q, then hands the lead on and returns me's
 // result.
-func (c *combiner) lead(q *queue, me *ticket) placed {
+func (c *combiner) lead(q *queue, me *ticket) Result {
 	batch, dropped := c.take(q)
 	for _, t := range dropped {
-		t.done <- ticketEnd{res: c.s.unplaced(placeLog{result: "cancelled"}, "request cancelled or out of time")}
+		t.done <- ticketEnd{res: c.unplaced("cancelled", "request cancelled or out of time")}
 	}
 	if len(batch) > 0 {
-		results := c.s.runBatch(me.ctx, q.product, batch, c.isSoldOut(q))
+		results, soldOut := c.run(me.ctx, q.product, batch, c.isSoldOut(q))
+		c.soldOut(soldOut)
 		for i, t := range batch {
 			t.done <- ticketEnd{res: results[i]}
 		}
@@ -178,9 +179,9 @@ func (c *combiner) take(q *queue) (batch, dropped []*ticket) {
 	defer c.mu.Unlock()
 	n := 0
 	products := map[string]bool{} // a batch of carts: its lease's keys
-	for n < len(q.waiting) && len(batch) < c.s.batchLimit {
+	for n < len(q.waiting) && len(batch) < c.batchLimit {
 		t := q.waiting[n]
-		if len(batch) > 0 && !fits(products, t.items) {
+		if len(batch) > 0 && !fits(products, t.order.Lines) {
 			break
 		}
 		n++
@@ -189,13 +190,13 @@ func (c *combiner) take(q *queue) (batch, dropped []*ticket) {
 			dropped = append(dropped, t)
 			continue
 		}
-		for _, l := range t.items {
+		for _, l := range t.order.Lines {
 			products[l.ProductID] = true
 		}
 		batch = append(batch, t)
 	}
 	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
-	c.s.metrics.waiting(-n)
+	c.waiting(-n)
 	return batch, dropped
 }
 
@@ -218,7 +219,7 @@ func (c *combiner) handOn(q *queue) {
 	defer c.mu.Unlock()
 	if len(q.waiting) == 0 {
 		q.leading = false
-		if q.soldOut.IsZero() || time.Since(q.soldOut) >= c.s.soldOutFor {
+		if q.soldOut.IsZero() || time.Since(q.soldOut) >= c.soldOutFor {
 			delete(c.queues, q.product)
 		}
 		return
@@ -233,15 +234,17 @@ func (c *combiner) handOn(q *queue) {
 func (c *combiner) isSoldOut(q *queue) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !q.soldOut.IsZero() && time.Since(q.soldOut) < c.s.soldOutFor
+	return !q.soldOut.IsZero() && time.Since(q.soldOut) < c.soldOutFor
 }
 
-// soldOut notes that a transaction found product without stock.
-func (c *combiner) soldOut(product string) {
+// soldOut notes that a transaction found products without stock.
+func (c *combiner) soldOut(products []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q := c.queues[product]; q != nil {
-		q.soldOut = time.Now()
+	for _, p := range products {
+		if q := c.queues[p]; q != nil {
+			q.soldOut = time.Now()
+		}
 	}
 }
 
@@ -252,4 +255,14 @@ func (c *combiner) restocked(product string) {
 	if q := c.queues[product]; q != nil {
 		q.soldOut = time.Time{}
 	}
+}
+
+// queued returns how many requests wait in the queue named product.
+func (c *combiner) queued(product string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.queues[product]; q != nil {
+		return len(q.waiting)
+	}
+	return 0
 }

@@ -1,4 +1,4 @@
-package orders
+package transport
 
 import (
 	"bytes"
@@ -38,15 +38,15 @@ type callbackView struct {
 // callback that contradicts the settled payment or reuses an event id with
 // other content 409, an unknown payment 404, bad content 400; none of them
 // changes anything.
-func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
+func (api *API) handleCallback(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	reply := s.callback(r)
-	write(w, reply, s.log)
-	s.metrics.observe("POST /payments/callback", reply.Status, time.Since(start).Seconds())
+	reply := api.callback(r)
+	write(w, reply, api.Log)
+	api.Metrics.Observe("POST /payments/callback", reply.Status, time.Since(start).Seconds())
 }
 
-func (s *Service) callback(r *http.Request) Reply {
-	if s.payments == nil || len(s.callbackSecret) == 0 {
+func (api *API) callback(r *http.Request) Reply {
+	if api.Payments == nil || len(api.CallbackSecret) == 0 {
 		return problemReply(problem.NotFound("this instance takes no payment callbacks"))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxCallbackBody))
@@ -57,7 +57,7 @@ func (s *Service) callback(r *http.Request) Reply {
 		}
 		return problemReply(problem.New(http.StatusBadRequest, "bad-callback", "Bad callback", "the callback body could not be read"))
 	}
-	if err := payment.VerifyCallback(s.callbackSecret, r.Header.Get(payment.SignatureHeader), body, time.Now(), s.callbackTolerance); err != nil {
+	if err := payment.VerifyCallback(api.CallbackSecret, r.Header.Get(payment.SignatureHeader), body, time.Now(), api.CallbackTolerance); err != nil {
 		return problemReply(problem.Unauthorized("the callback signature is missing, wrong or too old"))
 	}
 	var ev payment.Event
@@ -66,20 +66,20 @@ func (s *Service) callback(r *http.Request) Reply {
 	if err := dec.Decode(&ev); err != nil || ev.ID == "" || ev.PaymentRequestID == "" {
 		return problemReply(problem.New(http.StatusBadRequest, "bad-callback", "Bad callback", "the callback is not an event with event_id, payment_request_id and status"))
 	}
-	o, applied, err := s.payments.ApplyEvent(r.Context(), ev)
+	o, applied, err := api.Payments.ApplyEvent(r.Context(), ev)
 	switch {
 	case err == nil:
-		s.log.Info("payment callback", "event_id", ev.ID, "payment_request_id", ev.PaymentRequestID, "status", ev.Status, "applied", applied, "order_status", o.Status)
+		api.Log.Info("payment callback", "event_id", ev.ID, "payment_request_id", ev.PaymentRequestID, "status", ev.Status, "applied", applied, "order_status", o.Status)
 		body, _ := json.Marshal(callbackView{EventID: ev.ID, OrderID: o.ID, Status: string(o.Status), Applied: applied})
 		return jsonReply(http.StatusOK, body)
 	case errors.Is(err, store.ErrNotFound):
 		return problemReply(problem.NotFound("no payment with this payment_request_id"))
 	case errors.Is(err, store.ErrPaymentConflict), errors.Is(err, store.ErrEventConflict):
-		s.log.Warn("payment callback refused", "event_id", ev.ID, "payment_request_id", ev.PaymentRequestID, "err", err)
+		api.Log.Warn("payment callback refused", "event_id", ev.ID, "payment_request_id", ev.PaymentRequestID, "err", err)
 		return problemReply(problem.New(http.StatusConflict, "callback-conflict", "Callback conflicts with the recorded payment", err.Error()))
 	case errors.Is(err, store.ErrInvalid):
 		return problemReply(problem.New(http.StatusBadRequest, "bad-callback", "Bad callback", err.Error()))
 	}
-	s.log.Error("payment callback", "event_id", ev.ID, "err", err)
-	return problemReply(problem.ServiceUnavailable("the order database is unavailable", s.retry))
+	api.Log.Error("payment callback", "event_id", ev.ID, "err", err)
+	return problemReply(problem.ServiceUnavailable("the order database is unavailable", api.Retry))
 }

@@ -1,0 +1,17 @@
+package placement
+
+// Fallback says what the placer does when the lock cannot be taken.
+type Fallback string
+
+// Fallback modes.
+const (
+	// FallbackDB lets Postgres arbitrate alone: the order transaction takes
+	// its fence itself, and the conditional decrement still holds.
+	FallbackDB Fallback = "db"
+	// FallbackReject answers 503 with Retry-After.
+	FallbackReject Fallback = "reject"
+)
+
+// Stock lock keys are "stock:" + product id; the fence counter of a
+// product's stock has the same key.
+func stockKey(productID string) string { return "stock:" + productID }
