@@ -24,6 +24,10 @@ type Locker interface {
 	// DoMulti is Do on a multi-key lease.
 	DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, l Lease) error) error
 	// Close releases the Locker's resources; later calls fail with ErrClosed.
+	// What happens to leases still held differs by backend: quorum leaves
+	// their keys on the nodes until their validity runs out, etcdlock
+	// revokes its session, which ends them at once. Unlock what you hold
+	// first.
 	Close() error
 }
 
@@ -33,7 +37,9 @@ type Lease interface {
 	Key() string
 	// Keys returns the locked keys, sorted.
 	Keys() []string
-	// Token returns the lease's secret token. Log TokenDigest(Token()) instead.
+	// Token returns the lease's owner token: a secret on quorum (who knows
+	// it can release the lock); on etcdlock the owner key, which anyone who
+	// may list the keys can read. Log TokenDigest(Token()) instead.
 	Token() string
 	// Fence returns Key's fence token (0 without a Fencer).
 	Fence() int64

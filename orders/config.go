@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quorumlock/quorumlock/orders/metrics"
-	"github.com/quorumlock/quorumlock/orders/placement"
-	"github.com/quorumlock/quorumlock/orders/transport"
+	"github.com/quorumlock/quorumlock/orders/internal/metrics"
+	"github.com/quorumlock/quorumlock/orders/internal/placement"
+	"github.com/quorumlock/quorumlock/orders/internal/transport"
 )
 
 // Codes says which HTTP status codes answer the two idempotency conflicts

@@ -5,9 +5,9 @@ import (
 	"encoding/hex"
 	"testing"
 
+	"github.com/quorumlock/quorumlock/orders/internal/transport"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/orders/transport"
 )
 
 // Created and OutOfStock render the snapshots the service saves, for tests

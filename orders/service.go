@@ -8,10 +8,10 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/option"
 	"github.com/quorumlock/quorumlock/orders/auth"
-	"github.com/quorumlock/quorumlock/orders/create"
-	"github.com/quorumlock/quorumlock/orders/placement"
+	"github.com/quorumlock/quorumlock/orders/internal/create"
+	"github.com/quorumlock/quorumlock/orders/internal/placement"
+	"github.com/quorumlock/quorumlock/orders/internal/transport"
 	"github.com/quorumlock/quorumlock/orders/store"
-	"github.com/quorumlock/quorumlock/orders/transport"
 )
 
 // Service is the order service, assembled from its layers: the transport

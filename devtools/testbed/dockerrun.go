@@ -33,8 +33,21 @@ type dockerRunner struct {
 	c  *testcontainers.DockerContainer
 }
 
+// ErrRemoteEngine: the docker provider runs Redis and etcd in the host's
+// network namespace, which a remote engine (DOCKER_HOST=tcp://...,
+// TESTCONTAINERS_HOST_OVERRIDE) cannot share with this process.
+var ErrRemoteEngine = errors.New("testbed: Redis and etcd containers run in the host's network, which needs a Docker engine on this Linux machine; use QUORUMLOCK_TESTBED=local with a remote engine")
+
 func (p *dockerProvider) runner(srv server) (runner, error) {
+	if srv.image == nil && remoteEngine() {
+		return nil, fmt.Errorf("%s: %w (DOCKER_HOST=%q)", srv.name, ErrRemoteEngine, os.Getenv("DOCKER_HOST"))
+	}
 	return &dockerRunner{p: p, srv: srv}, nil
+}
+
+// remoteEngine reports whether the Docker engine is on another machine.
+func remoteEngine() bool {
+	return strings.HasPrefix(os.Getenv("DOCKER_HOST"), "tcp://") || os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") != ""
 }
 
 func (r *dockerRunner) start(ctx context.Context, ports []int, mode dataMode) ([]string, error) {

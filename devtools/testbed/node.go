@@ -179,6 +179,11 @@ func (n *node) Pause(ctx context.Context) error {
 		return fmt.Errorf("%s: pause: not running", n.srv.name)
 	}
 	if err := n.run.pause(ctx); err != nil {
+		// The stop may have half happened: thaw it, so that a failed Pause
+		// never leaves a frozen server that Resume would not touch.
+		if rerr := n.run.resume(context.WithoutCancel(ctx)); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("thaw after the failed pause: %w", rerr))
+		}
 		return fmt.Errorf("%s: pause: %w", n.srv.name, err)
 	}
 	n.paused = true
@@ -222,11 +227,20 @@ func (n *node) restart(ctx context.Context, mode dataMode) error {
 	if err := n.Kill(ctx); err != nil {
 		return err
 	}
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%s: restart: %w", n.srv.name, errClosed)
+	}
 	if err := n.start(ctx, mode); err != nil {
 		return fmt.Errorf("%s: restart: %w", n.srv.name, err)
 	}
 	return nil
 }
+
+// errClosed: the node was closed; it starts no server again.
+var errClosed = errors.New("the node is closed")
 
 // close stops the proxies, the links and the server.
 func (n *node) close(ctx context.Context) error {

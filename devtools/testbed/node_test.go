@@ -20,6 +20,8 @@ type fakeRunner struct {
 	modes  []dataMode
 	failed bool // the last start failed
 	calls  []string
+	// pauseErr, when set, is what pause returns (after recording it).
+	pauseErr error
 }
 
 func (r *fakeRunner) start(_ context.Context, ports []int, mode dataMode) ([]string, error) {
@@ -57,7 +59,10 @@ func (r *fakeRunner) record(call string) error {
 	return nil
 }
 
-func (r *fakeRunner) pause(context.Context) error  { return r.record("pause") }
+func (r *fakeRunner) pause(context.Context) error {
+	_ = r.record("pause")
+	return r.pauseErr
+}
 func (r *fakeRunner) resume(context.Context) error { return r.record("resume") }
 func (r *fakeRunner) kill(context.Context) error   { return r.record("kill") }
 func (r *fakeRunner) close(context.Context) error  { return r.record("close") }
@@ -146,5 +151,34 @@ func TestNodeLifecycle(t *testing.T) {
 	}
 	if _, err := n.link("client-b"); err == nil {
 		t.Fatal("a link made after close")
+	}
+}
+
+// TestNodeFailedPauseThaws: a pause that failed part way (SIGSTOP sent,
+// the threads not seen stopped in time) must not leave a frozen server
+// that Resume would skip: the node thaws it and stays running, not paused;
+// a restart after close starts nothing.
+func TestNodeFailedPauseThaws(t *testing.T) {
+	r := &fakeRunner{pauseErr: errors.New("not every thread stopped")}
+	n := fakeNode(t, r)
+	ctx := context.Background()
+	if err := n.start(ctx, dataWipe); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Pause(ctx); err == nil {
+		t.Fatal("a failed pause reported success")
+	}
+	if want := []string{"pause", "resume"}; !slices.Equal(r.calls, want) {
+		t.Fatalf("runner calls %v, want %v (thawed after the failed pause)", r.calls, want)
+	}
+	if running, paused := n.state(); !running || paused {
+		t.Fatalf("after a failed pause: running %v paused %v, want running and not paused", running, paused)
+	}
+	if err := n.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	starts := len(r.starts)
+	if err := n.restart(ctx, dataKeep); !errors.Is(err, errClosed) || len(r.starts) != starts {
+		t.Fatalf("restart after close: %v, %d starts (was %d); want errClosed and none", err, len(r.starts), starts)
 	}
 }

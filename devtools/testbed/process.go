@@ -172,7 +172,8 @@ func (p *proc) stopped() (bool, error) {
 		if i < 0 || i+2 >= len(b) {
 			return false, fmt.Errorf("%s: unreadable: %q", t, b)
 		}
-		if s := b[i+2]; s != 'T' && s != 't' {
+		// T or t: stopped; Z or X: a thread that has ended.
+		if s := b[i+2]; s != 'T' && s != 't' && s != 'Z' && s != 'X' {
 			return false, nil
 		}
 	}

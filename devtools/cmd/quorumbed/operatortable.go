@@ -11,7 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/orders/watchdog"
 )
 
-// The metrics the operator's view shows (orders/metrics.go,
+// The metrics the operator's view shows (orders/internal/metrics,
 // quorum/quorumprom, orders/watchdog).
 const (
 	metricPlace               = "orders_place_total"

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/quorumlock/quorumlock/orders/metrics"
+	"github.com/quorumlock/quorumlock/orders/internal/metrics"
 )
 
 // The labelled counters the alerts read exist at zero before their first

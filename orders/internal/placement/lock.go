@@ -8,7 +8,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/lease"
-	"github.com/quorumlock/quorumlock/orders/answer"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
 )
 
 // lockProbe is how long the queues go without the lock once it was out of

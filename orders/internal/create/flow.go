@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
-	"github.com/quorumlock/quorumlock/orders/answer"
 	"github.com/quorumlock/quorumlock/orders/idem"
-	"github.com/quorumlock/quorumlock/orders/metrics"
-	"github.com/quorumlock/quorumlock/orders/placement"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
+	"github.com/quorumlock/quorumlock/orders/internal/metrics"
+	"github.com/quorumlock/quorumlock/orders/internal/placement"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 

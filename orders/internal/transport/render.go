@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/quorumlock/quorumlock/orders/answer"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
 	"github.com/quorumlock/quorumlock/orders/problem"
 )
 

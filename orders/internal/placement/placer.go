@@ -18,7 +18,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/lease"
-	"github.com/quorumlock/quorumlock/orders/metrics"
+	"github.com/quorumlock/quorumlock/orders/internal/metrics"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 

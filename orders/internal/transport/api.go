@@ -11,8 +11,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/quorumlock/quorumlock/orders/create"
-	"github.com/quorumlock/quorumlock/orders/metrics"
+	"github.com/quorumlock/quorumlock/orders/internal/create"
+	"github.com/quorumlock/quorumlock/orders/internal/metrics"
 	"github.com/quorumlock/quorumlock/orders/payment"
 	"github.com/quorumlock/quorumlock/orders/store"
 )

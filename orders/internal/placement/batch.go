@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/quorumlock/quorumlock/orders/answer"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 

@@ -7,9 +7,9 @@ import (
 	"fmt"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
-	"github.com/quorumlock/quorumlock/orders/answer"
 	"github.com/quorumlock/quorumlock/orders/idem"
-	"github.com/quorumlock/quorumlock/orders/placement"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
+	"github.com/quorumlock/quorumlock/orders/internal/placement"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quorumlock/quorumlock/orders/create"
-	"github.com/quorumlock/quorumlock/orders/placement"
+	"github.com/quorumlock/quorumlock/orders/internal/create"
+	"github.com/quorumlock/quorumlock/orders/internal/placement"
 	"github.com/quorumlock/quorumlock/orders/request"
 )
 

@@ -3,7 +3,7 @@ package placement
 import (
 	"time"
 
-	"github.com/quorumlock/quorumlock/orders/answer"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )

@@ -3,7 +3,7 @@ package answer_test
 import (
 	"testing"
 
-	"github.com/quorumlock/quorumlock/orders/answer"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
 	"github.com/quorumlock/quorumlock/orders/problem"
 	"github.com/quorumlock/quorumlock/orders/store"
 )

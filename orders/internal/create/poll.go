@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/quorumlock/quorumlock/orders/answer"
 	"github.com/quorumlock/quorumlock/orders/idem"
+	"github.com/quorumlock/quorumlock/orders/internal/answer"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
