@@ -23,6 +23,7 @@ type localRunner struct {
 
 	mu       sync.Mutex
 	prepared bool
+	logFrom  int64 // where the current start's lines begin in the log
 	proc     *proc
 }
 
@@ -79,6 +80,10 @@ func (r *localRunner) start(ctx context.Context, ports []int, mode dataMode) ([]
 			return nil, err
 		}
 		r.prepared = true
+	}
+	r.logFrom = 0
+	if fi, err := os.Stat(r.logPath()); err == nil {
+		r.logFrom = fi.Size()
 	}
 	pr, err := startProc(append([]string{r.bin}, r.srv.args(ports, mode)...), r.srv.env, r.logPath(), r.runAs)
 	if err != nil {
@@ -156,7 +161,10 @@ func (r *localRunner) exited(context.Context) error {
 }
 
 func (r *localRunner) log(max int) string {
-	return strings.TrimSpace(tail(r.logPath(), max))
+	r.mu.Lock()
+	from := r.logFrom
+	r.mu.Unlock()
+	return strings.TrimSpace(tailFrom(r.logPath(), from, max))
 }
 
 func (r *localRunner) pause(ctx context.Context) error {

@@ -125,10 +125,17 @@ func freePorts(n int) ([]int, error) {
 }
 
 // tail returns the last lines of a log file, for error messages.
-func tail(path string, max int) string {
+func tail(path string, max int) string { return tailFrom(path, 0, max) }
+
+// tailFrom is tail of what the file holds past offset from: the lines of
+// one start, not an earlier one's.
+func tailFrom(path string, from int64, max int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
+	}
+	if from > 0 && from <= int64(len(b)) {
+		b = b[from:]
 	}
 	if len(b) > max {
 		b = b[len(b)-max:]

@@ -2,8 +2,10 @@ package testbed
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -41,5 +43,22 @@ func TestPauseReturnsOnceEveryThreadStopped(t *testing.T) {
 	}
 	if ok, _ := p.stopped(); ok {
 		t.Fatal("the process reads as stopped after SIGCONT: stopped() cannot tell")
+	}
+}
+
+// TestTailFromLeavesEarlierStarts: the log a failed start is judged by
+// holds that start's lines only, so an "address already in use" of an
+// earlier start cannot send a later, different failure into port retries.
+func TestTailFromLeavesEarlierStarts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	first := "bind: address already in use\n"
+	if err := os.WriteFile(path, []byte(first+"Bad file format reading the append only file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := tailFrom(path, int64(len(first)), 1500); strings.Contains(got, "address already in use") || !strings.Contains(got, "append only file") {
+		t.Fatalf("tailFrom past the first start: %q", got)
+	}
+	if got := tail(path, 1500); !strings.Contains(got, "address already in use") {
+		t.Fatalf("tail of the whole log lost its first line: %q", got)
 	}
 }
