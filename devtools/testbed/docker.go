@@ -177,6 +177,11 @@ func hostAddr(ctx context.Context, c *testcontainers.DockerContainer, port strin
 // stopped, so a restart finds it so.
 func (p *dockerProvider) kill(ctx context.Context, id string) error {
 	if _, err := p.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		// A container whose server already ended is killed, as a local
+		// process that already exited is.
+		if running, rerr := p.running(ctx, id); rerr == nil && !running {
+			return nil
+		}
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)

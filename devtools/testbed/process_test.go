@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,5 +61,35 @@ func TestTailFromLeavesEarlierStarts(t *testing.T) {
 	}
 	if got := tail(path, 1500); !strings.Contains(got, "address already in use") {
 		t.Fatalf("tail of the whole log lost its first line: %q", got)
+	}
+}
+
+// TestReadinessProbeKnowsItsOwnRedis: a Redis of another node on the port
+// the bed chose is not the node's server coming up.
+func TestReadinessProbeKnowsItsOwnRedis(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is needed (make deps): %v", err)
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, other := t.TempDir(), t.TempDir()
+	p, err := startProc([]string{bin, "--port", strconv.Itoa(ports[0]), "--bind", "127.0.0.1", "--dir", other, "--save", ""}, nil, filepath.Join(other, "log"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop(syscall.SIGKILL, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs := []string{loopback(ports[0])}
+	for pingRedis(ctx, addrs, other) != nil {
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			t.Fatalf("the other Redis never answered: %v", err)
+		}
+	}
+	if err := pingRedis(ctx, addrs, mine); err == nil || !strings.Contains(err.Error(), "another server holds the port") {
+		t.Fatalf("the probe took another node's Redis for the node's own: %v", err)
 	}
 }

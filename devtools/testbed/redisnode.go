@@ -45,7 +45,8 @@ func startRedisNode(ctx context.Context, p provider, index int, opts Options, sh
 // its server description and runner.
 func (n *RedisNode) configure(p provider, shim string) error {
 	srv := server{name: n.Name(), kind: kindRedis, dir: filepath.Join(p.dir(), n.Name()), ports: 1,
-		args: n.args, probe: pingRedis, stop: syscall.SIGKILL, startTimeout: n.opts.StartTimeout}
+		args: n.args, stop: syscall.SIGKILL, startTimeout: n.opts.StartTimeout}
+	srv.probe = func(ctx context.Context, addrs []string) error { return pingRedis(ctx, addrs, srv.dataDir()) }
 	if err := os.MkdirAll(srv.dataDir(), 0o755); err != nil {
 		return err
 	}
@@ -75,10 +76,29 @@ func (n *RedisNode) args(ports []int, mode dataMode) []string {
 
 // pingRedis asks the server at addrs[0] for PING once. A node that is
 // still loading its AOF answers LOADING, which counts as not ready.
-func pingRedis(ctx context.Context, addrs []string) error {
+func pingRedis(ctx context.Context, addrs []string, dir string) error {
 	c := redis.NewClient(&redis.Options{Addr: addrs[0], DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
 	defer c.Close()
-	return c.Ping(ctx).Err()
+	got, err := c.ConfigGet(ctx, "dir").Result()
+	if err != nil {
+		return err
+	}
+	return sameDir(got["dir"], dir)
+}
+
+// sameDir checks that the Redis that answered works in dir, the node's
+// own, and not another server that took the port between the bed's choice
+// of it and the node's bind (the node's server then exits with "address
+// already in use", and the bed must see that and choose other ports).
+func sameDir(got, dir string) error {
+	want, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		want = dir
+	}
+	if got != want && got != dir {
+		return fmt.Errorf("the Redis on this port works in %q, not in the node's %q: another server holds the port", got, want)
+	}
+	return nil
 }
 
 // Restart starts the server again behind the same address, killing it first
