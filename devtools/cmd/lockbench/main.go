@@ -60,13 +60,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/internal/benchkit"
 )
 
 // config is the parsed command line.
@@ -268,18 +268,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer b.close()
-	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := benchkit.CPUProfile(cfg.cpuProfile)
+	if err != nil {
+		return err
 	}
 	res, err := b.runAll(ctx)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}

@@ -101,6 +101,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
+	"github.com/quorumlock/quorumlock/internal/benchkit"
 )
 
 // Scenario names.
@@ -166,6 +167,7 @@ type config struct {
 	flash          flashConfig
 	jsonPath       string
 	plotPath       string
+	cpuProfile     string
 	quiet          bool
 }
 
@@ -211,6 +213,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "draw latency CDFs, one panel per scenario, into this PNG file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar on stderr")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the runs (bed start-up excluded; the in-process instances included) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -329,7 +332,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer b.close()
+	stopProfile, err := benchkit.CPUProfile(cfg.cpuProfile)
+	if err != nil {
+		return err
+	}
 	res, err := b.runAll(ctx)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
