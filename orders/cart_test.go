@@ -209,15 +209,15 @@ func TestCartsOverlapInOppositeOrders(t *testing.T) {
 	r.noViolations(t)
 }
 
-// Carts and single orders of one hot product: the single orders are still
-// combined into a batch under one lease, the carts into a batch of their
-// own, each batch's lease taking the hot product's key, and nothing is
-// oversold.
+// Carts and single orders of one hot product: they wait in one queue, in
+// arrival order, and are placed in one batch under one lease on every
+// product of the batch: the single orders first, and the carts after
+// them find the hot product sold out. Nothing is oversold.
 func TestCartsShareAHotProduct(t *testing.T) {
 	r := newRig(t, 6)
 	r.seedCart(t, 10)
 	g := r.gated(t)
-	in := r.instance(t, orders.WithLocker(g))
+	in := r.instance(t, orders.WithLocker(g), orders.WithLockRule(orders.LockAlways))
 	keys := keysN("h", 6)
 	done := make(chan []answer, 1)
 	go func() { done <- queueUp(t, in, g, keys, buy42) }()
@@ -225,28 +225,28 @@ func TestCartsShareAHotProduct(t *testing.T) {
 	carts := make(chan answer, 3)
 	for i := range 3 {
 		go func() { carts <- post(t, in, fmt.Sprint("cart-u", i), "cart", cartBody("42=1", "1=1")) }()
+		eventually(t, 10*time.Second, "the cart queued", func() bool { return in.svc.QueuedCarts() == i+1 })
 	}
-	eventually(t, 10*time.Second, "a cart at the gate, two queued", func() bool { return g.arrived.Load() == 2 && in.svc.QueuedCarts() == 2 })
 	close(g.open)
-	created := 0
-	for _, a := range <-done {
-		if a.Status == http.StatusCreated {
-			created++
+	for i, a := range <-done {
+		if a.Status != http.StatusCreated {
+			t.Fatalf("single order %d: %d %s", i, a.Status, a.Body)
 		}
 	}
 	for range 3 {
-		if a := <-carts; a.Status == http.StatusCreated {
-			created++
-		} else if a.Status != http.StatusConflict {
-			t.Fatalf("cart: %d %s", a.Status, a.Body)
+		if a := <-carts; a.Status != http.StatusConflict {
+			t.Fatalf("cart after the stock ran out: %d %s", a.Status, a.Body)
 		}
 	}
-	if created != 6 || r.stock(t) != 0 {
-		t.Fatalf("%d orders created, stock of 42 %d; want 6 and 0", created, r.stock(t))
+	if r.stock(t) != 0 {
+		t.Fatalf("stock of 42 %d, want 0", r.stock(t))
 	}
-	// Each leader alone, then one batch behind each: four leases.
-	if n := g.leases.Load(); n != 4 {
-		t.Fatalf("%d leases, want 4 (a single order, a batch of five, a cart, a batch of two carts)", n)
+	if s := r.available(t, "1"); s[0] != 10 {
+		t.Fatalf("stock of 1 %d, want 10: a short cart takes nothing", s[0])
+	}
+	// The leader alone, then one batch of everything that queued behind it.
+	if n := g.leases.Load(); n != 2 {
+		t.Fatalf("%d leases, want 2 (a single order, then a batch of five orders and three carts)", n)
 	}
 	r.noViolations(t)
 }
@@ -258,7 +258,7 @@ func TestCartsAreBatched(t *testing.T) {
 	r := newRig(t, 5)
 	r.seedCart(t, 2)
 	g := r.gated(t)
-	in := r.instance(t, orders.WithLocker(g))
+	in := r.instance(t, orders.WithLocker(g), orders.WithLockRule(orders.LockAlways))
 	bodies := []string{cartBody("1=1", "2=1"), cartBody("2=1", "3=1"), cartBody("1=1", "2=1"), cartBody("3=1", "1=1")}
 	want := []int{http.StatusCreated, http.StatusCreated, http.StatusConflict, http.StatusCreated}
 	got := make([]answer, len(bodies))

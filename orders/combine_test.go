@@ -117,7 +117,7 @@ func keysN(prefix string, n int) []string {
 func TestBatchUnderOneLease(t *testing.T) {
 	r := newRig(t, 5)
 	g := r.gated(t)
-	in := r.instance(t, orders.WithLocker(g))
+	in := r.instance(t, orders.WithLocker(g), orders.WithLockRule(orders.LockAlways))
 	keys := keysN("b", 8)
 	done := make(chan []answer, 1)
 	go func() { done <- queueUp(t, in, g, keys, buy42) }()
@@ -152,7 +152,7 @@ func TestBatchUnderOneLease(t *testing.T) {
 func TestCancelledRequestLeavesTheQueue(t *testing.T) {
 	r := newRig(t, 10)
 	g := r.gated(t)
-	in := r.instance(t, orders.WithLocker(g))
+	in := r.instance(t, orders.WithLocker(g), orders.WithLockRule(orders.LockAlways))
 	first := make(chan answer, 1)
 	go func() { first <- post(t, in, "u1", "c-1", buy42) }()
 	eventually(t, 10*time.Second, "the leader at the gate", func() bool { return g.arrived.Load() == 1 })
@@ -203,7 +203,7 @@ func TestStaleFenceOnABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := r.instance(t, orders.WithLocker(g), orders.WithMetrics(m))
+	in := r.instance(t, orders.WithLocker(g), orders.WithLockRule(orders.LockAlways), orders.WithMetrics(m))
 	close(g.open)
 	if a := post(t, in, "u1", "s-1", buy42); a.Status != http.StatusCreated {
 		t.Fatalf("%d %s", a.Status, a.Body)
@@ -224,7 +224,7 @@ func TestStaleFenceOnABatch(t *testing.T) {
 func TestDuplicateKeyInABatch(t *testing.T) {
 	r := newRig(t, 10)
 	g := r.gated(t)
-	in := r.bare(t, orders.WithLocker(g))
+	in := r.bare(t, orders.WithLocker(g), orders.WithLockRule(orders.LockAlways))
 	first := make(chan answer, 1)
 	go func() { first <- post(t, in, "lead", "lead", buy42) }()
 	eventually(t, 10*time.Second, "the leader at the gate", func() bool { return g.arrived.Load() == 1 })
@@ -253,7 +253,7 @@ func TestSoldOutFastPathAndRestock(t *testing.T) {
 	g := r.gated(t)
 	close(g.open)
 	const recheck = 300 * time.Millisecond
-	a := r.instance(t, orders.WithLocker(g), orders.WithSoldOutRecheck(time.Hour))
+	a := r.instance(t, orders.WithLocker(g), orders.WithLockRule(orders.LockAlways), orders.WithSoldOutRecheck(time.Hour))
 	b := r.instance(t, orders.WithSoldOutRecheck(recheck))
 	bought := post(t, a, "u1", "so-1", buy42)
 	if bought.Status != http.StatusCreated {

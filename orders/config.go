@@ -94,6 +94,33 @@ const (
 	FallbackReject = placement.FallbackReject
 )
 
+// LockRule says which batches of orders take the stock lock.
+type LockRule = placement.LockRule
+
+// Lock rules.
+const (
+	// LockContended takes the lock for the batches of contended products
+	// only: those with two requests on one instance at once, lately. A
+	// quiet product's order goes in a batch of quiet orders for other
+	// products, placed in one transaction with the fences Postgres takes
+	// itself; its conditional decrement keeps it safe, and the lock would
+	// add only its cost. The default.
+	LockContended = placement.LockContended
+	// LockAlways takes the lock for every batch.
+	LockAlways = placement.LockAlways
+)
+
+// ParseLockRule reads a LockRule from configuration; "" is LockContended.
+func ParseLockRule(s string) (LockRule, error) {
+	switch r := LockRule(s); r {
+	case LockContended, LockAlways:
+		return r, nil
+	case "":
+		return LockContended, nil
+	}
+	return "", fmt.Errorf("%w: lock rule %q: want contended or always", ErrConfig, s)
+}
+
 // ParseFallback reads a Fallback from configuration; "" is FallbackDB.
 func ParseFallback(s string) (Fallback, error) {
 	switch f := Fallback(s); f {

@@ -7,10 +7,11 @@
 //	-> create  (orders/create)     fingerprint, idempotency claim (orders/idem)
 //	   [replay | 202 in progress | 409 mismatch | proceed]; settles the claim
 //	-> placement (orders/placement) the order is a cart (a single-product
-//	   order is a one-line cart), queued on this instance with a Locker:
+//	   order is a one-line cart), queued on this instance with a Locker and
+//	   placed in a batch across products, one product in one batch at a time:
 //	   [sold out moments ago: the 409s saved in one write, no lock]
-//	   the stock lock, once per batch, on every product of the batch (or
-//	   Postgres alone)
+//	   a batch of contended products: the stock lock, once, on all of them;
+//	   a batch of quiet ones: no lock (WithLockRule), Postgres arbitrates
 //	-> store   (orders/store)      one transaction for the batch (PlaceCarts):
 //	   fences taken, fenced conditional decrements, orders under
 //	   UNIQUE(user_id, idempotency_key), response snapshots

@@ -29,7 +29,7 @@ func (fenceFailingLocker) LockMulti(ctx context.Context, keys ...string) (lease.
 // contention: the answer says so and the request is not counted as busy.
 func TestFenceFailureIsNotBusy(t *testing.T) {
 	r := newRig(t, 5)
-	in := r.instance(t, orders.WithLocker(fenceFailingLocker{}))
+	in := r.instance(t, orders.WithLocker(fenceFailingLocker{}), orders.WithLockRule(orders.LockAlways))
 	a := post(t, in, "u1001", "ff-1", buy42)
 	if a.Status != http.StatusServiceUnavailable || strings.Contains(a.Body, "busy") || !strings.Contains(a.Body, "database") {
 		t.Fatalf("got %d %s, want a 503 that names the database", a.Status, a.Body)
@@ -38,7 +38,7 @@ func TestFenceFailureIsNotBusy(t *testing.T) {
 		t.Fatalf("stock %d", s)
 	}
 	// Contention is still busy.
-	busy := r.instance(t, orders.WithLocker(notAcquiredLocker{}))
+	busy := r.instance(t, orders.WithLocker(notAcquiredLocker{}), orders.WithLockRule(orders.LockAlways))
 	if a := post(t, busy, "u1001", "ff-2", buy42); a.Status != http.StatusServiceUnavailable || !strings.Contains(a.Body, "busy") {
 		t.Fatalf("contention: %d %s", a.Status, a.Body)
 	}

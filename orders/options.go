@@ -17,6 +17,7 @@ type config struct {
 	locker            lease.Locker
 	payments          *payment.Service
 	fallback          Fallback
+	lockRule          LockRule
 	codes             Codes
 	callbackSecret    []byte
 	callbackTolerance time.Duration
@@ -43,14 +44,27 @@ func WithIdempotency(s *idem.Store) Option {
 // WithLocker sets the stock lock: a *quorum.Locker or an *etcdlock.Locker,
 // each given a fencing.Reserver as its Fencer, so that every lease carries
 // reserved fences that the order transaction takes. With it, the requests
-// for one product queue on this instance and are placed in batches, each
-// under one lease on the stock keys of the batch's products (see the
-// package documentation); without it, each request runs its own
-// transaction and Postgres arbitrates alone. A lock that is held past the
+// queue on this instance and are placed in batches across products, each
+// in one transaction, under one lease on the stock keys of the batch's
+// products when WithLockRule says (see the package documentation);
+// without it, each request runs its own transaction and Postgres
+// arbitrates alone. A lock that is held past the
 // wait (lease.ErrNotAcquired) answers 503; one that no majority can grant
 // (lease.ErrQuorumUnavailable, lease.ErrClosed) goes as WithFallback says.
 func WithLocker(l lease.Locker) Option {
 	return func(c *config) error { c.locker = l; return nonNil(l, "locker") }
+}
+
+// WithLockRule sets which batches take the lock (default LockContended).
+func WithLockRule(r LockRule) Option {
+	return func(c *config) error {
+		if r == "" {
+			return fmt.Errorf("%w: empty lock rule", ErrConfig)
+		}
+		_, err := ParseLockRule(string(r))
+		c.lockRule = r
+		return err
+	}
 }
 
 // WithFallback sets what happens when the lock cannot be taken (default

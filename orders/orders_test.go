@@ -291,7 +291,8 @@ func TestOutOfStockIsSavedAndReplayed(t *testing.T) {
 	}
 }
 
-// TestQuorumLoss partitions three of five masters. With the db fallback,
+// TestQuorumLoss partitions three of five masters, every batch taking the
+// lock (LockAlways: a quiet product's order takes none). With the db fallback,
 // Postgres arbitrates alone and the last unit is sold once (clients retry a
 // 503 as it asks, and the final answers are judged); with reject, the
 // service answers every request 503 with Retry-After and writes nothing.
@@ -300,7 +301,7 @@ func TestQuorumLoss(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			r := newRig(t, 1)
 			ctx := context.Background()
-			ins := []*instance{r.instance(t, orders.WithFallback(mode)), r.instance(t, orders.WithFallback(mode))}
+			ins := []*instance{r.instance(t, orders.WithFallback(mode), orders.WithLockRule(orders.LockAlways)), r.instance(t, orders.WithFallback(mode), orders.WithLockRule(orders.LockAlways))}
 			for _, n := range r.bed.Redis[:3] {
 				if err := n.Partition(ctx); err != nil {
 					t.Fatal(err)
@@ -419,14 +420,14 @@ func TestDistinctUsersNeverOversell(t *testing.T) {
 }
 
 // TestBusyLockIsNotAnOutage: another holder keeps the stock lock past the
-// service's lock wait. That is contention, not a lost quorum: in both
+// service's lock wait (every batch taking the lock: LockAlways). That is contention, not a lost quorum: in both
 // fallback modes the service answers 503 busy, writes nothing, and does not
 // go around the lock; after the holder releases, the same key goes through.
 func TestBusyLockIsNotAnOutage(t *testing.T) {
 	for _, mode := range []orders.Fallback{orders.FallbackDB, orders.FallbackReject} {
 		t.Run(string(mode), func(t *testing.T) {
 			r := newRig(t, 1)
-			in := r.instance(t, orders.WithFallback(mode))
+			in := r.instance(t, orders.WithFallback(mode), orders.WithLockRule(orders.LockAlways))
 			var clients []redis.UniversalClient
 			for _, c := range bedtest.RedisClients(t, r.bed) {
 				clients = append(clients, c)

@@ -83,7 +83,7 @@ func TestRequestLog(t *testing.T) {
 	locker := &tokenLocker{Locker: ql}
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	in := r.instance(t, orders.WithLocker(locker), orders.WithLogger(log))
+	in := r.instance(t, orders.WithLocker(locker), orders.WithLockRule(orders.LockAlways), orders.WithLogger(log))
 
 	if a := post(t, in, "u1", "log-1", buy42); a.Status != http.StatusCreated {
 		t.Fatalf("first POST: %d %s", a.Status, a.Body)
@@ -171,7 +171,7 @@ func TestRequestLogFallback(t *testing.T) {
 	t.Cleanup(func() { _ = ql.Close() })
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	in := r.instance(t, orders.WithLocker(ql), orders.WithLogger(log))
+	in := r.instance(t, orders.WithLocker(ql), orders.WithLockRule(orders.LockAlways), orders.WithLogger(log))
 	if a := post(t, in, "u1", "fb-1", buy42); a.Status != http.StatusCreated {
 		t.Fatalf("POST: %d %s", a.Status, a.Body)
 	}

@@ -31,14 +31,14 @@ func New(st *store.Store, opts ...Option) (*Service, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: a store is required", ErrConfig)
 	}
-	c := config{fallback: FallbackDB, codes: CodesSeed, retry: time.Second, attempts: 3,
+	c := config{fallback: FallbackDB, lockRule: LockContended, codes: CodesSeed, retry: time.Second, attempts: 3,
 		batchLimit: DefaultBatchLimit, queueLimit: DefaultQueueLimit, queueWait: DefaultQueueWait,
 		soldOutFor: DefaultSoldOutRecheck, log: slog.New(slog.DiscardHandler)}
 	if err := option.Apply(&c, opts, ErrConfig); err != nil {
 		return nil, err
 	}
 	placer, err := placement.New(st, placement.Config{
-		Locker: c.locker, Fallback: c.fallback, Snapshot: transport.Snapshot, Retry: c.retry, Attempts: c.attempts,
+		Locker: c.locker, Fallback: c.fallback, Rule: c.lockRule, Snapshot: transport.Snapshot, Retry: c.retry, Attempts: c.attempts,
 		Budget: c.budget(), OutcomeWait: c.outcomeWait(), BatchLimit: c.batchLimit, QueueLimit: c.queueLimit,
 		QueueWait: c.queueWait, SoldOutFor: c.soldOutFor, Metrics: c.metrics, Log: c.log, Failpoints: c.failpoints,
 	})

@@ -36,7 +36,8 @@ type config struct {
 	redisAddrs       []string        // ORDERS_REDIS_ADDRS
 	databaseURL      string          // ORDERS_DATABASE_URL
 	jwtSecret        string          // ORDERS_JWT_SECRET
-	useLock          bool            // ORDERS_LOCK: on (true) or off (false: Postgres arbitrates alone)
+	useLock          bool            // ORDERS_LOCK: auto or on (true), or off (false: Postgres arbitrates alone)
+	lockRule         orders.LockRule // ORDERS_LOCK: auto (contended batches) or on (every batch)
 	lockBackend      string          // ORDERS_LOCK_BACKEND: redlock or etcd
 	etcdEndpoints    []string        // ORDERS_ETCD_ENDPOINTS (the etcd backend)
 	fallback         orders.Fallback // ORDERS_LOCK_FALLBACK
@@ -235,7 +236,7 @@ func (c *config) bindServerFlags(fs *flag.FlagSet, errs *[]error, raw *rawFlags)
 
 // bindLockFlags: the stock lock and the per-product queues in front of it.
 func (c *config) bindLockFlags(fs *flag.FlagSet, errs *[]error, raw *rawFlags) {
-	raw.lock = fs.String("lock", env("ORDERS_LOCK", "on"), "the quorum stock lock: on (the requests for a product queue on this instance and are placed in batches, each under one lease) or off (no lock: each request runs its own transaction and Postgres arbitrates alone; the fence and every database check stay) (ORDERS_LOCK)")
+	raw.lock = fs.String("lock", env("ORDERS_LOCK", "auto"), "the quorum stock lock: auto (the requests queue on this instance and are placed in batches across products, one transaction each; a batch of contended products under one lease, a batch of quiet ones without the lock), on (every batch under one lease) or off (no lock, no batches: each request runs its own transaction and Postgres arbitrates alone; the fence and every database check stay either way) (ORDERS_LOCK)")
 	raw.backend = fs.String("lock-backend", env("ORDERS_LOCK_BACKEND", "redlock"), "the stock lock's backend: redlock (the Redis masters of ORDERS_REDIS_ADDRS) or etcd (the cluster of ORDERS_ETCD_ENDPOINTS; the masters then hold only the idempotency records) (ORDERS_LOCK_BACKEND)")
 	raw.etcd = fs.String("etcd-endpoints", env("ORDERS_ETCD_ENDPOINTS", ""), "comma-separated host:port of the etcd members, for ORDERS_LOCK_BACKEND=etcd (ORDERS_ETCD_ENDPOINTS)")
 	raw.fallback = fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
@@ -316,10 +317,13 @@ func (c *config) resolve(raw rawFlags) error {
 		c.eventsAddr = list[0]
 	}
 	switch *raw.lock {
-	case "on", "off":
-		c.useLock = *raw.lock == "on"
+	case "auto", "on", "off":
+		c.useLock, c.lockRule = *raw.lock != "off", orders.LockContended
+		if *raw.lock == "on" {
+			c.lockRule = orders.LockAlways
+		}
 	default:
-		errs = append(errs, fmt.Errorf("ORDERS_LOCK %q: want on or off", *raw.lock))
+		errs = append(errs, fmt.Errorf("ORDERS_LOCK %q: want auto, on or off", *raw.lock))
 	}
 	c.lockBackend = *raw.backend
 	for _, e := range strings.Split(*raw.etcd, ",") {

@@ -77,7 +77,7 @@ func TestBadConfigIsRefused(t *testing.T) {
 		"bad log format":   {"ORDERS_LOG_FORMAT", "xml", "ORDERS_LOG_FORMAT \"xml\": want text or json"},
 		"bad log level":    {"ORDERS_LOG_LEVEL", "loud", "ORDERS_LOG_LEVEL \"loud\""},
 		"bad redis port":   {"ORDERS_REDIS_ADDRS", "h:99999", "not a number in 1-65535"},
-		"bad lock mode":    {"ORDERS_LOCK", "maybe", `ORDERS_LOCK "maybe": want on or off`},
+		"bad lock mode":    {"ORDERS_LOCK", "maybe", `ORDERS_LOCK "maybe": want auto, on or off`},
 		"bad batch limit":  {"ORDERS_BATCH_LIMIT", "many", "ORDERS_BATCH_LIMIT=\"many\": want a whole number"},
 		"zero batch limit": {"ORDERS_BATCH_LIMIT", "0", "ORDERS_BATCH_LIMIT must be 1 to"},
 		"huge batch limit": {"ORDERS_BATCH_LIMIT", "100000", "ORDERS_BATCH_LIMIT must be 1 to"},
@@ -146,7 +146,7 @@ func TestLockAndQueueConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.useLock || c.batchLimit != orders.DefaultBatchLimit || c.queueLimit != orders.DefaultQueueLimit ||
+	if !c.useLock || c.lockRule != orders.LockContended || c.batchLimit != orders.DefaultBatchLimit || c.queueLimit != orders.DefaultQueueLimit ||
 		c.queueWait != 2*c.lockWait || c.soldOutRecheck != orders.DefaultSoldOutRecheck {
 		t.Fatalf("defaults: lock %v, batch %d, queue %d/%v (lock wait %v), recheck %v", c.useLock, c.batchLimit, c.queueLimit, c.queueWait, c.lockWait, c.soldOutRecheck)
 	}
@@ -168,7 +168,7 @@ func TestLockAndQueueConfig(t *testing.T) {
 		t.Fatalf("environment: %+v %v", c, err)
 	}
 	c, err = parseConfig([]string{"-lock", "on", "-batch-limit", "8", "-queue-limit", "9", "-queue-wait", "9s", "-soldout-recheck", "2s"}, io.Discard)
-	if err != nil || !c.useLock || c.batchLimit != 8 || c.queueLimit != 9 || c.queueWait != 9*time.Second || c.soldOutRecheck != 2*time.Second {
+	if err != nil || !c.useLock || c.lockRule != orders.LockAlways || c.batchLimit != 8 || c.queueLimit != 9 || c.queueWait != 9*time.Second || c.soldOutRecheck != 2*time.Second {
 		t.Fatalf("flags: %+v %v", c, err)
 	}
 	// The etcd backend: endpoints parsed and checked; none with the lock off.

@@ -258,7 +258,7 @@ func newService(cfg config, d *deps) (*orders.Service, error) {
 		orders.WithSoldOutRecheck(cfg.soldOutRecheck),
 		orders.WithMetrics(metrics), orders.WithLogger(d.log), orders.WithFailpoints(cfg.failpoints)}
 	if d.lock != nil {
-		opts = append(opts, orders.WithLocker(d.lock))
+		opts = append(opts, orders.WithLocker(d.lock), orders.WithLockRule(cfg.lockRule))
 	}
 	if cfg.callbackKey != "" {
 		opts = append(opts, orders.WithPaymentCallbacks([]byte(cfg.callbackKey), 0))

@@ -21,6 +21,7 @@ func TestServeEtcdBackend(t *testing.T) {
 	bed := bedtest.Start(t, testbed.Options{Redis: 3, Postgres: true, Etcd: 3})
 	bedEnv(t, bed, 3)
 	t.Setenv("ORDERS_LOCK_BACKEND", "etcd")
+	t.Setenv("ORDERS_LOCK", "on") // every order under the lock, on etcd
 	t.Setenv("ORDERS_ETCD_ENDPOINTS", strings.Join(bed.EtcdEndpoints(), ","))
 	t.Setenv("ORDERS_LOCK_WAIT", "1s")
 	var logs syncbuf.Buffer

@@ -47,6 +47,7 @@ func TestServe(t *testing.T) {
 	t.Setenv("ORDERS_REDIS_ADDRS", strings.Join(bed.RedisAddrs(), ","))
 	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
+	t.Setenv("ORDERS_LOCK", "on") // every order under the lock: its lease in the request log
 	// The payment provider, calling back the daemon once it listens.
 	const cbSecret = "callback-secret-0123456789abcdef"
 	var daemon atomic.Value // the daemon's base URL

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,6 +130,9 @@ func newTransport(cfg config) *http.Transport {
 		// them idle afterwards spares the retries a new connection each.
 		perHost = max(perHost, cfg.flash.buyers/instancesPerRun+1)
 	}
+	if slices.Contains(cfg.scenarios, scenarioBusy) {
+		perHost = max(perHost, cfg.clients[0]+cfg.busyBuyers)
+	}
 	return &http.Transport{
 		MaxIdleConns:        instancesPerRun * perHost,
 		MaxIdleConnsPerHost: perHost,
@@ -220,7 +224,7 @@ func (c config) plans() []runPlan {
 		switch sc {
 		case scenarioFlash:
 			counts = []int{0}
-		case scenarioMixed:
+		case scenarioMixed, scenarioBusy:
 			counts = c.clients[:1]
 		}
 		for _, n := range counts {

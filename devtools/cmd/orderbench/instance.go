@@ -108,7 +108,7 @@ func (b *bench) startInstance(ctx context.Context, p runPlan) (*instance, error)
 		if err != nil {
 			return in, fmt.Errorf("lock (%s): %w", p.backend, err)
 		}
-		opts = append(opts, orders.WithLocker(lock))
+		opts = append(opts, orders.WithLocker(lock), orders.WithLockRule(orders.LockRule(b.cfg.lockRule)))
 	}
 	svc, err := orders.New(st, opts...)
 	if err != nil {

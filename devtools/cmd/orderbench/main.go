@@ -21,6 +21,8 @@
 //	          products picked at random (from -seed) out of 10, named in random order
 //	flash     a flash sale: -flash-buyers buyers want the -flash-units units of one product
 //	mixed     a flash sale on one product while distinct clients go on ordering their own
+//	busy      a popular product whose stock lasts the run, bought by -busy-buyers closed-loop
+//	          clients, while distinct clients go on ordering their own
 //
 // Modes (-modes):
 //
@@ -75,6 +77,14 @@
 // orders/s and p99 without and during the sale, and the peak of database
 // connections in use in each phase (pg_stat_activity, every 20ms).
 //
+// busy runs three phases of closed-loop load, each after a -warmup and
+// for -duration: the first -clients count of distinct clients and the
+// -busy-buyers buyers of the popular product (each a user of its own, a
+// fresh Idempotency-Key per request, one unit each) together, then the
+// distinct clients alone, then the buyers alone. It reports each side's
+// orders/s and p99 together and alone, and what else they were answered
+// (503s, and requests that got no answer within -request-timeout).
+//
 // After each run every loop has stopped, and the database must hold
 // exactly one order per 201 answer (none for any other answer but
 // requests whose outcome the client could not learn), with the lines the
@@ -102,6 +112,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
 	"github.com/quorumlock/quorumlock/internal/benchkit"
+	"github.com/quorumlock/quorumlock/orders"
 )
 
 // Scenario names.
@@ -111,6 +122,7 @@ const (
 	scenarioCart     = "cart"
 	scenarioFlash    = "flash"
 	scenarioMixed    = "mixed"
+	scenarioBusy     = "busy"
 )
 
 // Mode names.
@@ -126,7 +138,7 @@ const (
 )
 
 var (
-	allScenarios = []string{scenarioDistinct, scenarioHot, scenarioCart, scenarioFlash, scenarioMixed}
+	allScenarios = []string{scenarioDistinct, scenarioHot, scenarioCart, scenarioFlash, scenarioMixed, scenarioBusy}
 	allModes     = []string{modeLock, modeDB}
 	allBackends  = []string{backendRedlock, backendEtcd}
 )
@@ -161,6 +173,8 @@ type config struct {
 	modes          []string
 	backends       []string // of lock mode
 	lockWait       time.Duration
+	lockRule       string // of lock mode: contended or always
+	busyBuyers     int
 	requestTimeout time.Duration
 	poolConns      int
 	fsync          string
@@ -204,6 +218,8 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before each closed-loop measurement (mixed: before each phase)")
 	fs.DurationVar(&c.lockWait, "lock-wait", 2*time.Second, "longest wait for the stock lock in lock mode (ordersd's ORDERS_LOCK_WAIT)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 30*time.Second, "client-side bound of one request")
+	fs.StringVar(&c.lockRule, "lock-rule", "contended", "which batches take the lock in lock mode (ordersd's ORDERS_LOCK): contended (auto) or always (on)")
+	fs.IntVar(&c.busyBuyers, "busy-buyers", 300, fmt.Sprintf("busy: closed-loop buyers of the popular product (1..%d)", maxClients))
 	fs.IntVar(&c.poolConns, "pg-conns", 0, "pgx pool size of each instance (0: the pgx default, as ordersd)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed's Redis masters: always, everysec or off")
 	fs.IntVar(&c.flash.units, "flash-units", 500, fmt.Sprintf("flash, mixed: units of the product on sale (1..%d)", maxFlashUnits))
@@ -264,6 +280,12 @@ func (c config) validate() error {
 	case testbed.FsyncAlways, testbed.FsyncEverySec, testbed.FsyncOff:
 	default:
 		return fmt.Errorf("-fsync %q: want always, everysec or off", c.fsync)
+	}
+	if c.busyBuyers < 1 || c.busyBuyers > maxClients {
+		return fmt.Errorf("-busy-buyers %d: want 1..%d", c.busyBuyers, maxClients)
+	}
+	if _, err := orders.ParseLockRule(c.lockRule); err != nil || c.lockRule == "" {
+		return fmt.Errorf("-lock-rule %q: want contended or always", c.lockRule)
 	}
 	return nil
 }

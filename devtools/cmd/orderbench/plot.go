@@ -51,7 +51,7 @@ func scenarioPanel(name string, runs []*runResult) (*plot.Plot, error) {
 	switch runs[0].scenario {
 	case scenarioFlash:
 		xLabel, yLabel = "buyer answer latency: first request to 201 or 409 (ms)", "fraction of answered buyers"
-	case scenarioMixed:
+	case scenarioMixed, scenarioBusy:
 		xLabel = "distinct clients' 201 latency (ms)"
 	}
 	p := benchkit.NewCDFPanel(name, xLabel, yLabel)
@@ -62,6 +62,11 @@ func scenarioPanel(name string, runs []*runResult) (*plot.Plot, error) {
 		switch r.scenario {
 		case scenarioFlash:
 			err = p.Add(r.sale.answerLatencies(), label, col, false)
+		case scenarioBusy:
+			err = p.Add(latencies(r.tallies), label+" beside the popular product", col, false)
+			if err == nil {
+				err = p.Add(latencies(r.alone.tallies), label+" alone", col, true)
+			}
 		case scenarioMixed:
 			err = p.Add(latencies(r.tallies), label+" during the sale", col, false)
 			if err == nil && r.alone != nil {

@@ -45,6 +45,8 @@ type configJSON struct {
 	ProcessingLeaseNs int64    `json:"processing_lease_ns"`
 	RequestTimeoutNs  int64    `json:"request_timeout_ns"`
 	PGConns           int      `json:"pg_conns"` // 0: the pgx default
+	LockRule          string   `json:"lock_rule"`
+	BusyBuyers        int      `json:"busy_buyers,omitempty"`
 	Fsync             string   `json:"fsync"`
 	Scenarios         []string `json:"scenarios"`
 	Modes             []string `json:"modes"`
@@ -91,6 +93,7 @@ type runJSON struct {
 	Check checkResult `json:"check"`
 	Sale  *saleJSON   `json:"sale,omitempty"`
 	Mixed *mixedJSON  `json:"mixed,omitempty"`
+	Busy  *busyJSON   `json:"busy,omitempty"`
 }
 
 // comparisonJSON compares lock mode on one backend with db mode in one
@@ -115,7 +118,7 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 		Config: configJSON{
 			Clients: cfg.clients[0], ClientCounts: cfg.clients, DurationNs: int64(cfg.duration), WarmupNs: int64(cfg.warmup),
 			LockWaitNs: int64(cfg.lockWait), LockTTLns: int64(lockTTL), ProcessingLeaseNs: int64(processingLease),
-			RequestTimeoutNs: int64(cfg.requestTimeout), PGConns: cfg.poolConns, Fsync: cfg.fsync,
+			RequestTimeoutNs: int64(cfg.requestTimeout), PGConns: cfg.poolConns, Fsync: cfg.fsync, LockRule: cfg.lockRule,
 			Scenarios: cfg.scenarios, Modes: cfg.modes, Backends: cfg.backends,
 		},
 		Runs: []runJSON{}, Comparisons: []comparisonJSON{},
@@ -125,6 +128,9 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 	}
 	if cfg.hasSale() {
 		s.Config.Flash = flashConfigFigures(cfg.flash)
+	}
+	if slices.Contains(cfg.scenarios, scenarioBusy) {
+		s.Config.BusyBuyers = cfg.busyBuyers
 	}
 	if slices.Contains(cfg.scenarios, scenarioCart) {
 		s.Config.Cart = &cartConfigJSON{Products: cartProducts, Lines: cartLines, Seed: cfg.flash.seed}
@@ -203,7 +209,11 @@ func runFigures(r *runResult) runJSON {
 		rj.Created, rj.CreatedPerSec, rj.Latency201, rj.Other = during.Created, during.CreatedPerSec, during.Latency201, during.Other
 	}
 	tallies := r.tallies
-	if r.alone != nil {
+	switch {
+	case r.busy != nil:
+		tallies = slices.Concat(tallies, r.alone.tallies, r.busy.together.tallies, r.busy.alone.tallies)
+		rj.Busy = busyFigures(during, phaseFigures(*r.alone), phaseFigures(r.busy.together), phaseFigures(r.busy.alone))
+	case r.alone != nil:
 		tallies = slices.Concat(tallies, r.alone.tallies)
 		rj.Mixed = mixedFigures(during, phaseFigures(*r.alone))
 	}
@@ -283,12 +293,14 @@ func report(out io.Writer, s summaryJSON) {
 		s.RedisNodes, s.Provider, time.Duration(c.LockTTLns), time.Duration(c.LockWaitNs), pg)
 	fmt.Fprintln(out, "Modes: lock/redlock takes the stock lock on the Redis masters (quorum), lock/etcd on etcd (etcdlock, an etcd client per instance),")
 	fmt.Fprintln(out, "both fenced from the one Postgres reserver; db takes no lock (Postgres arbitrates alone).")
+	fmt.Fprintf(out, "Lock mode's rule: %s (contended: only the batches of contended products take the lock; always: every batch).\n", c.LockRule)
 	if s.EtcdMembers > 0 {
 		fmt.Fprintf(out, "etcd: %d members, which fsync their WAL on every commit (whatever the Redis appendfsync).\n", s.EtcdMembers)
 	}
 	reportLoads(out, s)
 	reportSales(out, s)
 	reportMixed(out, s)
+	reportBusy(out, s)
 	if len(s.Comparisons) > 0 || len(s.SaleComparisons) > 0 {
 		fmt.Fprintln(out)
 	}

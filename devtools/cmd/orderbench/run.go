@@ -34,13 +34,17 @@ type runResult struct {
 	// peakConns is the peak of database connections in use during window
 	// (mixed only; -1 when no sample was taken).
 	peakConns int
-	// alone is mixed's closed-loop clients without the sale.
+	// alone is mixed's closed-loop clients without the sale (busy's
+	// distinct clients alone).
 	alone *phase
 	// check is the database check of the closed-loop clients (of both of
 	// mixed's phases), or flash's sale's.
 	check checkResult
 	// sale is the flash sale of flash and mixed.
 	sale *saleResult
+	// busy is busy's buyers of the popular product; window, tallies and
+	// alone are its distinct clients'.
+	busy *busyPhases
 }
 
 // phase is one closed-loop load: its measured window, its clients'
@@ -59,6 +63,8 @@ func (b *bench) runOne(ctx context.Context, p runPlan) (*runResult, error) {
 		return b.runFlash(ctx, p)
 	case scenarioMixed:
 		return b.runMixed(ctx, p)
+	case scenarioBusy:
+		return b.runBusy(ctx, p)
 	}
 	return b.runLoad(ctx, p)
 }

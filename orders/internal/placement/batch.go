@@ -10,21 +10,70 @@ import (
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
-// runBatch places the orders of one batch of queue, led by the request
-// whose context is ctx: answered from the sold-out report when soldOut,
-// else in one transaction under one lease on every stock key of the
-// batch. The work runs to its own budget whatever happens to the leader's
-// context, since it places the others' orders too. It returns one result
-// per ticket, and the products the batch found without stock. It is the
-// function the combiner runs.
-func (p *Placer) runBatch(ctx context.Context, _ string, batch []*ticket, soldOut bool) ([]Result, []string) {
+// runBatch places the orders of batch b, led by the request whose
+// context is ctx: those that name only a product found sold out moments
+// ago are answered from that report, without the lock; the others are
+// placed in one transaction, under one lease on every stock key of theirs
+// when the batch is contended or the rule says always, else with the
+// fences Postgres takes itself. The work runs to its own budget whatever
+// happens to the leader's context, since it places the others' orders
+// too. It returns one result per ticket, and the products the batch found
+// without stock. It is the function the combiner runs.
+func (p *Placer) runBatch(ctx context.Context, b *batch) ([]Result, []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Budget)
 	defer cancel()
-	p.Metrics.Batch(len(batch))
-	if soldOut {
-		return p.sellNothing(ctx, batch)
+	p.Metrics.Batch(len(b.tickets))
+	lock := b.contended || p.Rule == LockAlways
+	var sold, rest []*ticket
+	var restAt []int
+	for i, t := range b.tickets {
+		if b.soldOut[i] {
+			sold = append(sold, t)
+			continue
+		}
+		rest, restAt = append(rest, t), append(restAt, i)
 	}
-	return p.lockedBatch(ctx, batch)
+	if len(sold) == 0 {
+		return p.placeBatch(ctx, rest, lock)
+	}
+	out := make([]Result, len(b.tickets))
+	done, soldOut := p.sellNothing(ctx, sold, lock)
+	for i, j := 0, 0; i < len(b.tickets); i++ {
+		if b.soldOut[i] {
+			out[i], j = done[j], j+1
+		}
+	}
+	if len(rest) == 0 {
+		return out, soldOut
+	}
+	placed, more := p.placeBatch(ctx, rest, lock)
+	for j, r := range placed {
+		out[restAt[j]] = r
+	}
+	return out, append(soldOut, more...)
+}
+
+// placeBatch places batch in one transaction: under the stock lock when
+// lock, else with the fences Postgres takes itself (it arbitrates alone,
+// as with no locker).
+func (p *Placer) placeBatch(ctx context.Context, batch []*ticket, lock bool) ([]Result, []string) {
+	if lock {
+		return p.lockedBatch(ctx, batch)
+	}
+	log := Log{Batch: len(batch)}
+	res, soldOut := p.transact(ctx, batch, nil, &log)
+	return p.outcomes(batch, res, log), soldOut
+}
+
+// outcomes turns the results of a batch's transaction into its placements.
+func (p *Placer) outcomes(batch []*ticket, res []txResult, log Log) []Result {
+	out := make([]Result, len(batch))
+	for i, t := range batch {
+		l := log
+		l.Queued = time.Since(t.joined)
+		out[i] = p.outcome(t, res[i], l)
+	}
+	return out
 }
 
 // lockedBatch takes the stock lock of every product of batch, all or
@@ -54,13 +103,7 @@ func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) ([]Result, []
 			p.Metrics.Place("stale_fence")
 			continue
 		}
-		out := make([]Result, len(batch))
-		for i, t := range batch {
-			l := log
-			l.Queued = time.Since(t.joined)
-			out[i] = p.outcome(t, res[i], l)
-		}
-		return out, soldOut
+		return p.outcomes(batch, res, log), soldOut
 	}
 }
 
@@ -68,7 +111,7 @@ func (p *Placer) lockedBatch(ctx context.Context, batch []*ticket) ([]Result, []
 // without stock moments ago: the out-of-stock outcomes are saved in one
 // write, without the lock, for every key that has no outcome yet; the
 // others take the normal path, which replays theirs.
-func (p *Placer) sellNothing(ctx context.Context, batch []*ticket) ([]Result, []string) {
+func (p *Placer) sellNothing(ctx context.Context, batch []*ticket, lock bool) ([]Result, []string) {
 	carts := make([]store.Cart, len(batch))
 	for i, t := range batch {
 		carts[i] = p.cartOf(t, nil)
@@ -76,7 +119,7 @@ func (p *Placer) sellNothing(ctx context.Context, batch []*ticket) ([]Result, []
 	res, err := p.st.SaveOutOfStock(ctx, carts)
 	if err != nil {
 		p.Log.Warn("sold-out answers not saved; placing them", "product_id", productsOf(batch[0]), "err", err)
-		return p.lockedBatch(ctx, batch)
+		return p.placeBatch(ctx, batch, lock)
 	}
 	out := make([]Result, len(batch))
 	var rest []*ticket
@@ -92,7 +135,7 @@ func (p *Placer) sellNothing(ctx context.Context, batch []*ticket) ([]Result, []
 	if len(rest) == 0 {
 		return out, nil
 	}
-	placed, soldOut := p.lockedBatch(ctx, rest)
+	placed, soldOut := p.placeBatch(ctx, rest, lock)
 	for j, r := range placed {
 		out[restAt[j]] = r
 	}

@@ -10,6 +10,10 @@ import (
 	"github.com/quorumlock/quorumlock/orders/store"
 )
 
+// DefaultHotFor is how long a product stays contended, by default, after
+// two of its requests were on one instance at once.
+const DefaultHotFor = 2 * time.Second
+
 // New returns a Placer over st.
 func New(st *store.Store, c Config) (*Placer, error) {
 	switch {
@@ -19,12 +23,22 @@ func New(st *store.Store, c Config) (*Placer, error) {
 		return nil, fmt.Errorf("%w: retry, attempts, budget and outcome wait must be positive", ErrConfig)
 	case c.BatchLimit < 1 || c.BatchLimit > store.MaxBatch || c.QueueLimit < 1 || c.QueueWait <= 0 || c.SoldOutFor <= 0:
 		return nil, fmt.Errorf("%w: batch and queue limits out of range", ErrConfig)
+	case c.Rule != "" && c.Rule != LockContended && c.Rule != LockAlways:
+		return nil, fmt.Errorf("%w: lock rule %q: want %q or %q", ErrConfig, c.Rule, LockContended, LockAlways)
+	case c.Lanes < 0 || c.HotFor < 0:
+		return nil, fmt.Errorf("%w: negative lanes or contention window", ErrConfig)
+	}
+	if c.Lanes == 0 {
+		c.Lanes = max(2, st.MaxConns()/2)
+	}
+	if c.HotFor == 0 {
+		c.HotFor = DefaultHotFor
 	}
 	p := &Placer{st: st, Config: c, known: newProductSet()}
 	if c.Locker != nil {
 		p.queues = newCombiner(combinerConfig{
-			run: p.runBatch, unplaced: p.unplaced, waiting: c.Metrics.Waiting,
-			batchLimit: c.BatchLimit, queueLimit: c.QueueLimit, queueWait: c.QueueWait, soldOutFor: c.SoldOutFor,
+			run: p.runBatch, unplaced: p.unplaced, waiting: c.Metrics.Waiting, lanes: c.Lanes,
+			batchLimit: c.BatchLimit, queueLimit: c.QueueLimit, queueWait: c.QueueWait, soldOutFor: c.SoldOutFor, hotFor: c.HotFor,
 		})
 	} else {
 		p.admitted = newAdmission(max(st.MaxConns(), 1), c.QueueLimit, c.QueueWait)
@@ -42,7 +56,7 @@ func (p *Placer) Place(ctx context.Context, o Order) Result {
 		}
 	}
 	if p.queues != nil {
-		return p.queues.join(ctx, queueOf(o.Lines), o)
+		return p.queues.join(ctx, o)
 	}
 	return p.alone(ctx, o)
 }
@@ -76,9 +90,6 @@ func (p *Placer) Restocked(product string) {
 func (p *Placer) Queued(product string) int {
 	if p.queues == nil {
 		return 0
-	}
-	if product == "" {
-		product = cartQueue
 	}
 	return p.queues.queued(product)
 }

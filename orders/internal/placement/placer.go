@@ -1,10 +1,12 @@
 // Package placement places the orders of the service: each request is a
-// cart (a single-product order is a one-line cart); with a Locker the
-// requests queue on this instance (one queue per product for one-line
-// carts, one for the carts of several products) and the head of a queue
-// places a batch of them in one transaction under one lease on the stock
-// keys of their products; without one, each request runs its own
-// transaction once admitted, and Postgres arbitrates alone.
+// cart (a single-product order is a one-line cart). With a Locker the
+// requests queue on this instance, in arrival order, and are placed in
+// batches across products, each in one transaction: a batch of contended
+// products (two of their requests here at once, lately) under one lease on
+// their stock keys, a batch of quiet ones with the fences Postgres takes
+// itself, as the lock would only add its cost there (LockAlways locks
+// both). Without a Locker, each request runs its own transaction once
+// admitted, and Postgres arbitrates alone.
 //
 // A Placer answers each request with an answer.Answer, what it means for
 // the idempotency record, and what it did, for the request's log line.
@@ -36,6 +38,15 @@ type Config struct {
 	Locker lease.Locker
 	// Fallback is what happens when the lock cannot be taken.
 	Fallback Fallback
+	// Rule says which batches take the lock: LockContended (the zero
+	// value) or LockAlways.
+	Rule LockRule
+	// Lanes is how many batches run at once on this instance (at least 2:
+	// each kind, contended or not, keeps one).
+	Lanes int
+	// HotFor is how long a product stays contended after two of its
+	// requests were here at once.
+	HotFor time.Duration
 	// Snapshot renders the answer saved with a new outcome.
 	Snapshot func(store.Outcome) store.Snapshot
 	// Retry is the Retry-After of 503 answers.
