@@ -22,6 +22,7 @@ type Metrics struct {
 	requests  *prometheus.HistogramVec
 	batches   prometheus.Histogram
 	queued    prometheus.Gauge
+	waits     *prometheus.HistogramVec
 }
 
 // placeOutcomes are the labels of orders_place_total.
@@ -54,15 +55,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"route", "code"}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orders_batch_size",
-			Help:    "Orders placed per transaction (or answered per sold-out write) by the per-product queues.",
+			Help:    "Orders placed per transaction (or answered per sold-out write) by the queue's batches.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "orders_queued_requests",
-			Help: "Requests waiting in this instance's queues (per product, and the carts'), not yet taken into a batch.",
+			Help: "Requests waiting in this instance's queue, not yet taken into a batch.",
 		}),
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "orders_queue_wait_seconds",
+			Help:    "How long a request waited in this instance's queue before a batch took it, by the batch's kind: contended (its products had company; placed under the lock) or quiet.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.places, m.fallbacks, m.repairs, m.requests, m.batches, m.queued} {
+	for _, c := range []prometheus.Collector{m.claims, m.places, m.fallbacks, m.repairs, m.requests, m.batches, m.queued, m.waits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -135,5 +141,13 @@ func itoa(n int) string {
 func (m *Metrics) Waiting(d int) {
 	if m != nil {
 		m.queued.Add(float64(d))
+	}
+}
+
+// Waited records how long a request waited for a batch of kind
+// (contended or quiet).
+func (m *Metrics) Waited(kind string, seconds float64) {
+	if m != nil {
+		m.waits.WithLabelValues(kind).Observe(seconds)
 	}
 }

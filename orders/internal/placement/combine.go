@@ -47,8 +47,10 @@ type combinerConfig struct {
 	run func(ctx context.Context, b *batch) ([]Result, []string)
 	// unplaced is the answer of a request that leaves without a batch.
 	unplaced func(result, detail string) Result
-	// waiting moves the gauge of the waiting requests.
+	// waiting moves the gauge of the waiting requests; waited records how
+	// long one waited for a batch of its kind.
 	waiting                       func(d int)
+	waited                        func(kind string, seconds float64)
 	batchLimit, queueLimit, lanes int
 	queueWait, soldOutFor, hotFor time.Duration
 }
@@ -218,6 +220,14 @@ func (c *combiner) start(starts []*batch, dropped []*ticket, me *ticket) *batch 
 	return mine
 }
 
+// kindName names a kind of batch: contended or quiet.
+func kindName(contended bool) string {
+	if contended {
+		return "contended"
+	}
+	return "quiet"
+}
+
 // kindOf is the index of a kind of batch in running.
 func kindOf(contended bool) int {
 	if contended {
@@ -316,6 +326,7 @@ func (c *combiner) touches(t *ticket, blocked map[string]bool, b *batch) bool {
 func (c *combiner) add(b *batch, t *ticket, now time.Time) {
 	t.taken = true
 	c.forget(t)
+	c.waited(kindName(b.contended), now.Sub(t.joined).Seconds())
 	b.tickets = append(b.tickets, t)
 	for _, l := range t.order.Lines {
 		if !c.busy[l.ProductID] {

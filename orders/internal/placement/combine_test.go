@@ -101,6 +101,7 @@ func newCombinerRig(t *testing.T, lanes, batchLimit int) *rig {
 		run:      r.rec.run,
 		unplaced: func(result, _ string) Result { return Result{Log: Log{Result: result}} },
 		waiting:  func(d int) { r.waiting.Add(int64(d)) },
+		waited:   func(string, float64) {},
 		lanes:    lanes, batchLimit: batchLimit, queueLimit: 3,
 		queueWait: 10 * time.Second, soldOutFor: time.Minute, hotFor: time.Minute,
 	})

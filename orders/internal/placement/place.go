@@ -37,7 +37,7 @@ func New(st *store.Store, c Config) (*Placer, error) {
 	p := &Placer{st: st, Config: c, known: newProductSet()}
 	if c.Locker != nil {
 		p.queues = newCombiner(combinerConfig{
-			run: p.runBatch, unplaced: p.unplaced, waiting: c.Metrics.Waiting, lanes: c.Lanes,
+			run: p.runBatch, unplaced: p.unplaced, waiting: c.Metrics.Waiting, waited: c.Metrics.Waited, lanes: c.Lanes,
 			batchLimit: c.BatchLimit, queueLimit: c.QueueLimit, queueWait: c.QueueWait, soldOutFor: c.SoldOutFor, hotFor: c.HotFor,
 		})
 	} else {
