@@ -33,6 +33,13 @@ package integration_test
 //	    and the payment's other two: the PENDING row written, before
 //	    the charge (.../after-payment-begin); the result recorded,
 //	    before the response (.../after-settle)
+//	(j) a batch of several products SIGKILLed between its decrements
+//	    and its commit: rolled back whole, each order placed once on
+//	    retry                                                        TestDrills/BatchKilled
+//	(k) a batch of several products SIGSTOPped with its rows locked,
+//	    past its lease: another ordersd waits on the rows, nothing
+//	    sold twice                                                   TestDrills/BatchStopped
+//	(l) (j) with ORDERS_LOCK=auto: the quiet batch takes no lock     TestDrills/QuietBatchKilled
 //
 // Run them with
 //
@@ -104,6 +111,7 @@ func TestDrills(t *testing.T) {
 		{"CrashPoints", drillCrashPoints},
 		{"BatchKilled", drillBatchKilled},
 		{"BatchStopped", drillBatchStopped},
+		{"QuietBatchKilled", drillQuietBatchKilled},
 	}
 	for _, dr := range parallel {
 		t.Run(dr.name, func(t *testing.T) {
@@ -248,10 +256,12 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 	t := d.t
 	t.Helper()
 	env := map[string]string{
-		"ORDERS_LISTEN":             "127.0.0.1:0",
-		"ORDERS_LOG_FORMAT":         "json", // the drills read the log
-		"ORDERS_REDIS_ADDRS":        strings.Join(d.bed.RedisAddrs(), ","),
-		"ORDERS_DATABASE_URL":       d.dsn,
+		"ORDERS_LISTEN":      "127.0.0.1:0",
+		"ORDERS_LOG_FORMAT":  "json", // the drills read the log
+		"ORDERS_REDIS_ADDRS": strings.Join(d.bed.RedisAddrs(), ","),
+		// Four connections: two batches at once, one of each kind (a
+		// batch drill's quiet orders wait behind the leader's).
+		"ORDERS_DATABASE_URL":       withParam(d.dsn, "pool_max_conns=4"),
 		"ORDERS_JWT_SECRET":         drillSecret,
 		"ORDERS_PAYMENT_URL":        d.payURL,
 		"ORDERS_MIGRATE":            "false",
@@ -260,6 +270,9 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 		"ORDERS_PROCESSING_LEASE":   "5s",
 		"ORDERS_PAYMENT_TIMEOUT":    "2s",
 		"ORDERS_RECONCILE_INTERVAL": "500ms",
+		// The drills take the lock's path: every batch under a lease
+		// (with auto, a quiet product's batch would take none).
+		"ORDERS_LOCK": "on",
 	}
 	for k, v := range d.backend {
 		env[k] = v
@@ -268,6 +281,14 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 		env[k] = v
 	}
 	return spawn(t, "ordersd", name, exec.Command(d.bin, "serve"), env, "ORDERS_")
+}
+
+// withParam adds the query parameter kv to the URL dsn.
+func withParam(dsn, kv string) string {
+	if strings.Contains(dsn, "?") {
+		return dsn + "&" + kv
+	}
+	return dsn + "?" + kv
 }
 
 // spawn starts cmd as the daemon kind/name with env over the test's own

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quorumlock/quorumlock/internal/failpoint"
+	"github.com/quorumlock/quorumlock/orders"
 	"github.com/quorumlock/quorumlock/orders/payment"
 )
 
@@ -41,7 +42,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	srv := newServer(base, routes(d, cfg))
-	log.Info("ordersd listening", "addr", ln.Addr().String(), "redis", cfg.redisAddrs, "lock", lockMode(cfg.useLock), "backend", cfg.lockBackend, "fallback", cfg.fallback)
+	log.Info("ordersd listening", "addr", ln.Addr().String(), "redis", cfg.redisAddrs, "lock", lockMode(cfg.useLock, cfg.lockRule), "backend", cfg.lockBackend, "fallback", cfg.fallback)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -59,12 +60,15 @@ func warnFailpoints(cfg config, log *slog.Logger) {
 	}
 }
 
-// lockMode is ORDERS_LOCK's word for useLock.
-func lockMode(useLock bool) string {
-	if useLock {
+// lockMode is ORDERS_LOCK's word for useLock and rule: auto, on or off.
+func lockMode(useLock bool, rule orders.LockRule) string {
+	switch {
+	case !useLock:
+		return "off"
+	case rule == orders.LockAlways:
 		return "on"
 	}
-	return "off"
+	return "auto"
 }
 
 // newServer is the HTTP server of h, its handlers running under base.
