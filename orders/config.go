@@ -72,9 +72,9 @@ const (
 	// a lock) or per instance (without).
 	DefaultQueueLimit = 4096
 	// DefaultQueueWait is the longest a request waits for its turn before
-	// it is answered 503, having written nothing: room for the batch ahead
-	// to wait its lock out, and its own to run.
-	DefaultQueueWait = 5 * time.Second
+	// it is answered 503, having written nothing: short enough that a
+	// client waiting 2s gets an answer, its own batch included.
+	DefaultQueueWait = time.Second
 	// DefaultSoldOutRecheck bounds how long a product Postgres reported
 	// sold out is answered from that report before a transaction looks
 	// again: a restock on another instance is seen within it.

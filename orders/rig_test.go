@@ -130,7 +130,9 @@ func (r *rig) instanceWith(t *testing.T, p payment.Provider, opts ...orders.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append([]orders.Option{orders.WithIdempotency(claims), orders.WithLocker(locker),
+	// The tests hold batches at gates as long as they need: no request is
+	// shed for its wait unless a test says so.
+	all := append([]orders.Option{orders.WithQueue(orders.DefaultQueueLimit, time.Minute), orders.WithIdempotency(claims), orders.WithLocker(locker),
 		orders.WithPayments(payments)}, opts...)
 	svc, err := orders.New(st, all...)
 	if err != nil {

@@ -241,7 +241,7 @@ func (c *config) bindLockFlags(fs *flag.FlagSet, errs *[]error, raw *rawFlags) {
 	raw.etcd = fs.String("etcd-endpoints", env("ORDERS_ETCD_ENDPOINTS", ""), "comma-separated host:port of the etcd members, for ORDERS_LOCK_BACKEND=etcd (ORDERS_ETCD_ENDPOINTS)")
 	raw.fallback = fs.String("lock-fallback", env("ORDERS_LOCK_FALLBACK", "db"), "when the lock quorum is lost: db or reject (ORDERS_LOCK_FALLBACK)")
 	envDuration(fs, errs, &c.lockTTL, "lock-ttl", ordersenv.VarLockTTL, ordersenv.DefaultLockTTL, "stock lock TTL, which is also the restart guard's window")
-	envDuration(fs, errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 2*time.Second, "longest wait for the stock lock")
+	envDuration(fs, errs, &c.lockWait, "lock-wait", "ORDERS_LOCK_WAIT", 500*time.Millisecond, "longest wait for the stock lock")
 	envDuration(fs, errs, &c.nodeTimeout, "node-timeout", ordersenv.VarNodeTimeout, 0, "per-node Redis timeout of the lock (0: the lock's default)")
 	envInt(fs, errs, &c.batchLimit, "batch-limit", "ORDERS_BATCH_LIMIT", orders.DefaultBatchLimit, fmt.Sprintf("most orders one transaction places, 1 to %d", store.MaxBatch))
 	envInt(fs, errs, &c.queueLimit, "queue-limit", "ORDERS_QUEUE_LIMIT", orders.DefaultQueueLimit, "most requests that wait for their turn, per product with the lock on, per instance with it off; one more is answered 503 at once")

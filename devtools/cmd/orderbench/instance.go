@@ -102,7 +102,7 @@ func (b *bench) startInstance(ctx context.Context, p runPlan) (*instance, error)
 	if err != nil {
 		return in, fmt.Errorf("idempotency store: %w", err)
 	}
-	opts := []orders.Option{orders.WithIdempotency(claims)}
+	opts := []orders.Option{orders.WithIdempotency(claims), orders.WithQueue(orders.DefaultQueueLimit, 2*b.cfg.lockWait)}
 	if p.mode == modeLock {
 		lock, err := b.openLock(in, p.backend, issuer)
 		if err != nil {

@@ -216,7 +216,7 @@ func parse(args []string) (config, error) {
 	clients := fs.String("clients", "64,512", fmt.Sprintf("comma-separated closed-loop client counts, each 1..%d; distinct, hot and cart run once per count, mixed takes the first", maxClients))
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured length of each closed-loop run; mixed: the least length of each phase")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before each closed-loop measurement (mixed: before each phase)")
-	fs.DurationVar(&c.lockWait, "lock-wait", 2*time.Second, "longest wait for the stock lock in lock mode (ordersd's ORDERS_LOCK_WAIT)")
+	fs.DurationVar(&c.lockWait, "lock-wait", 500*time.Millisecond, "longest wait for the stock lock in lock mode (ordersd's ORDERS_LOCK_WAIT); the queue waits twice that, as ordersd's ORDERS_QUEUE_WAIT")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 30*time.Second, "client-side bound of one request")
 	fs.StringVar(&c.lockRule, "lock-rule", "contended", "which batches take the lock in lock mode (ordersd's ORDERS_LOCK): contended (auto) or always (on)")
 	fs.IntVar(&c.busyBuyers, "busy-buyers", 300, fmt.Sprintf("busy: closed-loop buyers of the popular product (1..%d)", maxClients))
