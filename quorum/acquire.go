@@ -76,7 +76,11 @@ func (l *Locker) lock(ctx context.Context, keys []string, attempts int, maxWait 
 	if maxWait > 0 {
 		a.deadline = a.start.Add(maxWait)
 	}
-	defer func() { l.wk.unregister(a.wt) }()
+	defer func() {
+		if o, ok := l.wk.unregister(a.wt); ok {
+			o.abandon()
+		}
+	}()
 	le, err := a.run(ctx)
 	l.cfg.observer.ObserveAcquire(lease.AcquireEvent{Key: tg.name, Attempts: a.n, Wakeups: a.wakeups,
 		Duration: time.Since(a.start), Result: resultOf(err), Err: err})
@@ -93,9 +97,7 @@ func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 		if ctxErr(ctx) != nil {
 			return nil, a.ctxError(ctx)
 		}
-		a.n++
-		a.l.wk.attempting(a.wt)
-		le, retryable, err := a.l.attempt(ctx, a.tg, a.wt != nil)
+		le, retryable, err := a.try(ctx)
 		switch {
 		case err == nil:
 			return le, nil
@@ -111,6 +113,21 @@ func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 			return nil, a.gaveUp(err)
 		}
 	}
+}
+
+// try takes the lease handed over to the waiter, if any, or makes an attempt.
+func (a *acquirer) try(ctx context.Context) (*Lease, bool, error) {
+	if a.wt != nil {
+		select {
+		case o := <-a.wt.offers:
+			a.n++ // the hand-over counts as an attempt, and succeeds unless it came too late
+			return a.l.accept(ctx, o)
+		default:
+		}
+	}
+	a.n++
+	a.l.wk.attempting(a.wt)
+	return a.l.attempt(ctx, a.tg, a.wt != nil)
 }
 
 // pause waits out the backoff after a failed attempt, and reports whether
@@ -151,7 +168,7 @@ func (a *acquirer) wait(ctx context.Context, d time.Duration) bool {
 			return true
 		case <-time.After(d):
 		}
-		if a.wt == nil || a.l.wk.front(a.wt) || (!a.deadline.IsZero() && !time.Now().Before(a.deadline)) {
+		if a.wt == nil || a.l.wk.due(a.wt) || (!a.deadline.IsZero() && !time.Now().Before(a.deadline)) {
 			return true
 		}
 		d = a.backoff(retry)
@@ -195,7 +212,7 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (le *Le
 	token := rand.Text()
 	var btoken any = token // boxed once for every request of the lease
 	start := time.Now()    // before the first request leaves
-	c := l.send(ctx, request{op: OpAcquire, key: tg.name, keys: tg.keys, args: l.acquireArgs(tg, btoken),
+	c := l.send(ctx, request{op: OpAcquire, script: acquireScript, key: tg.name, keys: tg.keys, args: l.acquireArgs(tg, btoken),
 		fast: contended, deadline: start.Add(l.cfg.nodeTimeout)})
 	t := l.collect(c, stopDecided, newTally(len(l.nodes)))
 	reason, sentinel := "", t.cause()
@@ -230,7 +247,7 @@ func (l *Locker) acquireArgs(tg target, btoken any) []any {
 		}
 		argv = append(argv, len(tg.keys))
 	}
-	return scripts[OpAcquire].evalsha(keys, argv...)
+	return acquireScript.evalsha(keys, argv...)
 }
 
 // fence asks the Fencer for each key's fence, in order, within the validity.

@@ -20,9 +20,10 @@ import (
 // request is one run of op's script on a set of nodes at once (see send).
 type request struct {
 	op       Op
-	key      string   // the target's name (see target)
-	keys     []string // the target's keys
-	args     []any    // EVALSHA sha numkeys keys... args...: built once for every node
+	script   *luaScript // what args run (see luaScript.evalsha)
+	key      string     // the target's name (see target)
+	keys     []string   // the target's keys
+	args     []any      // EVALSHA sha numkeys keys... args...: built once for every node
 	deadline time.Time
 	targets  []int            // the nodes asked; nil means every node
 	fast     bool             // on the fast lane (see lanes)

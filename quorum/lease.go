@@ -25,9 +25,11 @@ type Lease struct {
 	start       time.Time // when the acquiring vote started
 	acqDeadline time.Time // the acquiring call's deadline
 	fast        bool      // the acquisition's lane (see lanes)
+	handovers   int       // hand-overs in a row that led to this lease (see handover)
 
 	extendMu sync.Mutex // one extension at a time
 	unlockMu sync.Mutex // one release at a time
+	unlocked bool       // under unlockMu: Unlock was called
 
 	mu     sync.Mutex
 	until  time.Time
@@ -178,8 +180,8 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl != l.cfg.ttl {
 		bttl = ttl.Milliseconds()
 	}
-	c := l.send(ctx, request{op: OpExtend, key: le.name, keys: le.keys, fast: le.fast,
-		args: scripts[OpExtend].evalsha(le.boxed, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
+	c := l.send(ctx, request{op: OpExtend, script: extendScript, key: le.name, keys: le.keys, fast: le.fast,
+		args: extendScript.evalsha(le.boxed, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
 	t := l.collect(c, stopDecided, newTally(len(l.nodes)))
 	ev := lease.ExtendEvent{Key: le.name, Duration: time.Since(start), Confirmed: t.ok}
 	return le.settleExtend(ctx, t, until, l.cfg.leaseEnd(start, ttl), ev)

@@ -22,8 +22,15 @@ var (
 	releaseSrc string
 	//go:embed scripts/extend.lua
 	extendSrc string
+	//go:embed scripts/handover.lua
+	handoverSrc string
 
-	scripts = [...]*luaScript{OpAcquire: newLuaScript(acquireSrc), OpExtend: newLuaScript(extendSrc), OpRelease: newLuaScript(releaseSrc)}
+	acquireScript  = newLuaScript(acquireSrc)
+	extendScript   = newLuaScript(extendSrc)
+	releaseScript  = newLuaScript(releaseSrc)
+	handoverScript = newLuaScript(handoverSrc)
+	// allScripts are the scripts a node is loaded with (see nodeWorker.load).
+	allScripts = [...]*luaScript{acquireScript, extendScript, releaseScript, handoverScript}
 )
 
 // BootMarkerKey is the key of the restart marker on every node: the run_id
