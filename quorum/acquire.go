@@ -234,20 +234,30 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (le *Le
 	return nil, true, l.quorumError(OpAcquire, tg.name, t, reason, sentinel)
 }
 
-// acquireArgs builds the acquire script's EVALSHA (see acquire.lua).
+// acquireArgs builds the acquire script's EVALSHA (see acquire.lua), in
+// one allocation: EVALSHA sha numkeys, the keys (and the marker), then
+// token, TTL (and window, durable) (and the number of lock keys).
 func (l *Locker) acquireArgs(tg target, btoken any) []any {
-	keys, argv := tg.boxed, []any{btoken, l.ttlArg}
+	n, numkeys := len(tg.boxed), len(tg.boxed)
 	if l.cfg.guard {
-		keys = append(keys[:len(keys):len(keys)], BootMarkerKey)
-		argv = append(argv, l.windowArg, l.durableArg)
+		numkeys++
 	}
-	if len(tg.keys) > 1 {
-		if !l.cfg.guard {
-			argv = append(argv, 0, 0)
-		}
-		argv = append(argv, len(tg.keys))
+	args := append(make([]any, 0, 3+numkeys+5), "evalsha", acquireScript.bsha, numkeys)
+	args = append(args, tg.boxed...)
+	if l.cfg.guard {
+		args = append(args, BootMarkerKey)
 	}
-	return acquireScript.evalsha(keys, argv...)
+	args = append(args, btoken, l.ttlArg)
+	switch {
+	case l.cfg.guard:
+		args = append(args, l.windowArg, l.durableArg)
+	case n > 1:
+		args = append(args, 0, 0)
+	}
+	if n > 1 {
+		args = append(args, n)
+	}
+	return args
 }
 
 // fence asks the Fencer for each key's fence, in order, within the validity.

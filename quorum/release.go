@@ -33,7 +33,7 @@ func (l *Locker) releaseBG(ctx context.Context, acq request, args []any, nodes [
 	rr := &releaseRun{l: l, key: acq.key, start: time.Now()}
 	rr.left.Store(int32(len(nodes)))
 	l.send(ctx, request{op: OpRelease, script: releaseScript, key: acq.key, keys: acq.keys, args: args, fast: acq.fast, deadline: rr.start.Add(l.cfg.nodeTimeout),
-		targets: nodes, detached: true, counted: counted, onAnswer: rr.record})
+		targets: nodes, detached: true, counted: counted, onAnswer: rr})
 }
 
 // Unlock releases the lease: compare-and-delete of every key on every node,
@@ -98,9 +98,13 @@ func (le *Lease) releaseTargets() ([]int, tally) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	if le.rel == nil {
-		le.rel = append(le.relBuf[:0], make([]uint8, len(le.l.nodes))...) // in relBuf if it fits
+		if n := len(le.l.nodes); n <= len(le.relBuf) {
+			le.rel = le.relBuf[:n] // stPending, as new
+		} else {
+			le.rel = make([]uint8, n)
+		}
 	}
-	var targets []int
+	targets := make([]int, 0, len(le.rel))
 	t := newTally(len(le.l.nodes))
 	for i, s := range le.rel {
 		switch s {
@@ -131,7 +135,7 @@ func (le *Lease) releaseRound(ctx context.Context, targets []int, base tally, ho
 		script, args = handoverScript, handoverScript.evalsha(le.boxed, le.btoken, ho.btoken, l.ttlArg)
 	}
 	c := l.send(ctx, request{op: OpRelease, script: script, key: le.name, keys: le.keys,
-		args: args, deadline: deadline, targets: targets, fast: le.fast, detached: true, onAnswer: rr.record})
+		args: args, deadline: deadline, targets: targets, fast: le.fast, detached: true, onAnswer: rr})
 	if ho != nil {
 		ho.c = c
 	}

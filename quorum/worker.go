@@ -103,11 +103,11 @@ func (w *nodeWorker) sendQueued() bool {
 
 // sendOne runs a lone request, which can fall back to EVAL in order.
 func (w *nodeWorker) sendOne(c *call) {
-	cmd := redis.NewCmd(c.ctx, c.req.args...)
-	_ = w.conn.Process(c.ctx, cmd)
+	cmd := redis.NewCmd(&c.ctx, c.req.args...)
+	_ = w.conn.Process(&c.ctx, cmd)
 	if isNoScript(cmd.Err()) {
-		cmd = redis.NewCmd(c.ctx, append([]any{"eval", c.req.script.src}, c.req.args[2:]...)...)
-		_ = w.conn.Process(c.ctx, cmd)
+		cmd = redis.NewCmd(&c.ctx, append([]any{"eval", c.req.script.src}, c.req.args[2:]...)...)
+		_ = w.conn.Process(&c.ctx, cmd)
 	}
 	w.answer(c, cmd)
 }
