@@ -42,12 +42,14 @@ type Lease struct {
 	relBuf [16]uint8
 }
 
-// arm starts the validity timer.
+// arm starts the validity timer, and tells this Locker's waiters that the
+// keys are held here (see waker.hold) until the lease ends.
 func (le *Lease) arm() {
 	le.mu.Lock() // expire may run at once; it must see the timer
 	defer le.mu.Unlock()
 	if !le.ended && le.timer == nil {
 		le.timer = time.AfterFunc(time.Until(le.until), le.expire)
+		le.l.wk.hold(le.keys)
 	}
 }
 
@@ -122,17 +124,20 @@ func (le *Lease) String() string {
 // if the lease had ended or, for an expiry, an extension moved Until meanwhile.
 func (le *Lease) end(err error, reason lease.LostReason) bool {
 	le.mu.Lock()
-	held := !le.ended
+	held, armed := !le.ended, le.timer != nil
 	if d := time.Until(le.until); held && reason == lease.LostExpired && d > 0 {
 		le.timer.Reset(d)
 		held = false
 	} else if held {
 		le.ended, le.err = true, err
-		if le.timer != nil {
+		if armed {
 			le.timer.Stop()
 		}
 	}
 	le.mu.Unlock()
+	if held && armed {
+		le.l.wk.unhold(le.keys)
+	}
 	if held {
 		if reason != 0 {
 			le.l.cfg.observer.ObserveLost(lease.LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})

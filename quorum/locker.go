@@ -127,7 +127,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("quorum: New: %w", errors.Join(p...))
 	}
 	l.cfg = cfg
-	l.wk = &waker{l: l, keys: map[string][]*waiter{}, subscribed: map[string]bool{}}
+	l.wk = &waker{l: l, keys: map[string][]*waiter{}, held: map[string]int{}, subscribed: map[string]bool{}}
 	l.ttlArg, l.windowArg, l.durableArg = cfg.ttl.Milliseconds(), cfg.window.Milliseconds(), "0"
 	if cfg.durable {
 		l.durableArg = "1"

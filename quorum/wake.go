@@ -21,6 +21,7 @@ type waker struct {
 	l    *Locker
 	mu   sync.Mutex
 	keys map[string][]*waiter // per key, oldest first
+	held map[string]int       // per key, this Locker's leases that hold it (see hold)
 	subs []*redis.PubSub      // per node; nil until the first wait
 
 	dirty, syncing bool            // under mu: the subscriptions lag the waiters; sync runs
@@ -81,12 +82,34 @@ func (w *waker) kickSync() {
 }
 
 // due reports whether wt should try now that its backoff ran out: it is
-// the oldest waiter of each of its keys, and no hand-over to it is under
-// way (which wakes it when it ends).
+// the oldest waiter of each of its keys, no hand-over to it is under way,
+// and no lease of this Locker holds one of its keys (an attempt could only
+// be refused; its Unlock wakes the waiter or hands the keys over, and a
+// lease lost without one lets the backoff run on).
 func (w *waker) due(wt *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return !wt.reserved && w.frontLocked(wt)
+	return !wt.reserved && w.frontLocked(wt) && !slices.ContainsFunc(wt.keys, func(k string) bool { return w.held[k] > 0 })
+}
+
+// hold records that a lease of this Locker holds keys.
+func (w *waker) hold(keys []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		w.held[k]++
+	}
+}
+
+// unhold records that a lease of this Locker on keys ended.
+func (w *waker) unhold(keys []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		if w.held[k]--; w.held[k] <= 0 {
+			delete(w.held, k)
+		}
+	}
 }
 
 // frontLocked is front with w.mu held.
