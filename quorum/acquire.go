@@ -76,7 +76,11 @@ func (l *Locker) lock(ctx context.Context, keys []string, attempts int, maxWait 
 	if maxWait > 0 {
 		a.deadline = a.start.Add(maxWait)
 	}
-	defer func() { l.wk.unregister(a.wt) }()
+	defer func() {
+		if o, ok := l.wk.unregister(a.wt); ok {
+			o.abandon()
+		}
+	}()
 	le, err := a.run(ctx)
 	l.cfg.observer.ObserveAcquire(lease.AcquireEvent{Key: tg.name, Attempts: a.n, Wakeups: a.wakeups,
 		Duration: time.Since(a.start), Result: resultOf(err), Err: err})
@@ -93,9 +97,7 @@ func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 		if ctxErr(ctx) != nil {
 			return nil, a.ctxError(ctx)
 		}
-		a.n++
-		a.l.wk.attempting(a.wt)
-		le, retryable, err := a.l.attempt(ctx, a.tg, a.wt != nil)
+		le, retryable, err := a.try(ctx)
 		switch {
 		case err == nil:
 			return le, nil
@@ -111,6 +113,21 @@ func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 			return nil, a.gaveUp(err)
 		}
 	}
+}
+
+// try takes the lease handed over to the waiter, if any, or makes an attempt.
+func (a *acquirer) try(ctx context.Context) (*Lease, bool, error) {
+	if a.wt != nil {
+		select {
+		case o := <-a.wt.offers:
+			a.n++ // the hand-over counts as an attempt, and succeeds unless it came too late
+			return a.l.accept(ctx, o)
+		default:
+		}
+	}
+	a.n++
+	a.l.wk.attempting(a.wt)
+	return a.l.attempt(ctx, a.tg, a.wt != nil)
 }
 
 // pause waits out the backoff after a failed attempt, and reports whether
@@ -151,7 +168,7 @@ func (a *acquirer) wait(ctx context.Context, d time.Duration) bool {
 			return true
 		case <-time.After(d):
 		}
-		if a.wt == nil || a.l.wk.front(a.wt) || (!a.deadline.IsZero() && !time.Now().Before(a.deadline)) {
+		if a.wt == nil || a.l.wk.due(a.wt) || (!a.deadline.IsZero() && !time.Now().Before(a.deadline)) {
 			return true
 		}
 		d = a.backoff(retry)
@@ -195,7 +212,7 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (le *Le
 	token := rand.Text()
 	var btoken any = token // boxed once for every request of the lease
 	start := time.Now()    // before the first request leaves
-	c := l.send(ctx, request{op: OpAcquire, key: tg.name, keys: tg.keys, args: l.acquireArgs(tg, btoken),
+	c := l.send(ctx, request{op: OpAcquire, script: acquireScript, key: tg.name, keys: tg.keys, args: l.acquireArgs(tg, btoken),
 		fast: contended, deadline: start.Add(l.cfg.nodeTimeout)})
 	t := l.collect(c, stopDecided, newTally(len(l.nodes)))
 	reason, sentinel := "", t.cause()
@@ -217,20 +234,30 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (le *Le
 	return nil, true, l.quorumError(OpAcquire, tg.name, t, reason, sentinel)
 }
 
-// acquireArgs builds the acquire script's EVALSHA (see acquire.lua).
+// acquireArgs builds the acquire script's EVALSHA (see acquire.lua), in
+// one allocation: EVALSHA sha numkeys, the keys (and the marker), then
+// token, TTL (and window, durable) (and the number of lock keys).
 func (l *Locker) acquireArgs(tg target, btoken any) []any {
-	keys, argv := tg.boxed, []any{btoken, l.ttlArg}
+	n, numkeys := len(tg.boxed), len(tg.boxed)
 	if l.cfg.guard {
-		keys = append(keys[:len(keys):len(keys)], BootMarkerKey)
-		argv = append(argv, l.windowArg, l.durableArg)
+		numkeys++
 	}
-	if len(tg.keys) > 1 {
-		if !l.cfg.guard {
-			argv = append(argv, 0, 0)
-		}
-		argv = append(argv, len(tg.keys))
+	args := append(make([]any, 0, 3+numkeys+5), "evalsha", acquireScript.bsha, numkeys)
+	args = append(args, tg.boxed...)
+	if l.cfg.guard {
+		args = append(args, BootMarkerKey)
 	}
-	return scripts[OpAcquire].evalsha(keys, argv...)
+	args = append(args, btoken, l.ttlArg)
+	switch {
+	case l.cfg.guard:
+		args = append(args, l.windowArg, l.durableArg)
+	case n > 1:
+		args = append(args, 0, 0)
+	}
+	if n > 1 {
+		args = append(args, n)
+	}
+	return args
 }
 
 // fence asks the Fencer for each key's fence, in order, within the validity.

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/devtools/testbed"
@@ -16,9 +19,9 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// directLocker is a Locker on direct connections to the nodes, past the
+// directClients are clients of the nodes on direct connections, past the
 // bed's fault proxies, whose CPU would otherwise count in the figures.
-func (r *rig) directLocker(b *testing.B, opts ...quorum.Option) *quorum.Locker {
+func (r *rig) directClients(b *testing.B) []redis.UniversalClient {
 	b.Helper()
 	clients := make([]redis.UniversalClient, len(r.nodes))
 	for i, n := range r.nodes {
@@ -26,7 +29,13 @@ func (r *rig) directLocker(b *testing.B, opts ...quorum.Option) *quorum.Locker {
 		b.Cleanup(func() { _ = c.Close() })
 		clients[i] = c
 	}
-	l, err := quorum.New(clients, opts...)
+	return clients
+}
+
+// directLocker is a Locker on directClients.
+func (r *rig) directLocker(b *testing.B, opts ...quorum.Option) *quorum.Locker {
+	b.Helper()
+	l, err := quorum.New(r.directClients(b), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,6 +66,31 @@ func BenchmarkLockUnlock(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The peer: redsync's lock (one try, as uncontended) and unlock on the
+// same five masters over direct connections, a key per pair as above.
+func BenchmarkRedsyncLockUnlock(b *testing.B) {
+	r := newRig(b)
+	clients := r.directClients(b)
+	pools := make([]rsredis.Pool, len(clients))
+	for i, c := range clients {
+		pools[i] = goredis.NewPool(c)
+	}
+	rs := redsync.New(pools...)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		m := rs.NewMutex("bench:redsync:"+strconv.Itoa(i), redsync.WithTries(1))
+		if err := m.LockContext(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.UnlockContext(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

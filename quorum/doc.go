@@ -17,7 +17,10 @@
 // at once and returns as soon as a majority (N/2+1) granted the key or can
 // no longer; the lease ends at start + TTL - (TTL*driftFactor + 2ms) on the
 // monotonic clock. Lock retries after a full-jitter backoff, or sooner when
-// the nodes announce the key's release. Keys and tokens are used verbatim,
+// the nodes announce the key's release. Unlock hands the key over to the
+// oldest Lock call of the same Locker waiting for it, in the same script
+// call (the key goes from one token to the next with no gap, and the next
+// holder needs no vote of its own). Keys and tokens are used verbatim,
 // so other Redlock clients (redsync) on the same keys exclude and are excluded.
 //
 // While a lease is valid no other Redlock client holds its key, provided

@@ -7,10 +7,20 @@ import (
 
 // The Lua sources, for the tests that run each script on its own.
 var (
-	AcquireSource = acquireSrc
-	ReleaseSource = releaseSrc
-	ExtendSource  = extendSrc
+	AcquireSource  = acquireSrc
+	ReleaseSource  = releaseSrc
+	ExtendSource   = extendSrc
+	HandoverSource = handoverSrc
 )
+
+// Script names by the SHA-1 an EVALSHA of it carries.
+var ScriptNames = map[string]string{
+	acquireScript.bsha.(string): "acquire", extendScript.bsha.(string): "extend",
+	releaseScript.bsha.(string): "release", handoverScript.bsha.(string): "handover",
+}
+
+// MaxHandovers is maxHandovers.
+const MaxHandovers = maxHandovers
 
 // SubscribedBy returns how many nodes have a subscriber to key's release
 // channel (PUBSUB NUMSUB): in a test with one waiting Locker, how many

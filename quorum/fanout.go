@@ -20,15 +20,21 @@ import (
 // request is one run of op's script on a set of nodes at once (see send).
 type request struct {
 	op       Op
-	key      string   // the target's name (see target)
-	keys     []string // the target's keys
-	args     []any    // EVALSHA sha numkeys keys... args...: built once for every node
+	script   *luaScript // what args run (see luaScript.evalsha)
+	key      string     // the target's name (see target)
+	keys     []string   // the target's keys
+	args     []any      // EVALSHA sha numkeys keys... args...: built once for every node
 	deadline time.Time
-	targets  []int            // the nodes asked; nil means every node
-	fast     bool             // on the fast lane (see lanes)
-	detached bool             // runs to its deadline even if the caller's context ends first
-	counted  bool             // the sender holds an in-flight count for it (see releaseBG)
-	onAnswer func(nodeResult) // sees every answer, even after the caller stopped reading
+	targets  []int    // the nodes asked; nil means every node
+	fast     bool     // on the fast lane (see lanes)
+	detached bool     // runs to its deadline even if the caller's context ends first
+	counted  bool     // the sender holds an in-flight count for it (see releaseBG)
+	onAnswer answerer // sees every answer, even after the caller stopped reading
+}
+
+// answerer is told of every answer to a request (see releaseRun).
+type answerer interface {
+	record(nodeResult)
 }
 
 // nodeResult is one node's answer to one request.
@@ -43,10 +49,9 @@ type call struct {
 	l        *Locker
 	req      request
 	parent   context.Context // the caller's context
-	ctx      context.Context // parent (or, detached, a copy) with the deadline
-	cancel   context.CancelFunc
-	timeout  time.Duration // from the start to the deadline
-	n        int           // requests sent
+	ctx      callCtx         // the requests' (see callCtx); ends when the last answers
+	timeout  time.Duration   // from the start to the deadline
+	n        int             // requests sent
 	left     atomic.Int32
 	ready    chan struct{} // capacity 1: a new answer
 	mu       sync.Mutex
@@ -65,17 +70,14 @@ func (l *Locker) send(ctx context.Context, r request) *call {
 	}
 	c := &call{l: l, req: r, parent: ctx, timeout: time.Until(r.deadline), n: n, ready: make(chan struct{}, 1)}
 	c.res = c.resBuf[:0]
-	if r.detached {
-		ctx = context.WithoutCancel(ctx)
-	}
-	c.ctx, c.cancel = context.WithDeadline(ctx, r.deadline)
+	c.ctx.start(ctx, r.deadline, r.detached)
 	if r.counted {
 		l.inflight.Add(n)
 	} else if n == 0 || !l.enter(n) {
 		for i := range n {
 			c.add(nodeResult{node: c.target(i), err: lease.ErrClosed})
 		}
-		c.cancel()
+		c.ctx.end(context.Canceled)
 		return c
 	}
 	c.left.Store(int32(n))
@@ -105,14 +107,14 @@ func (c *call) deliver(i int, v int64, err error) {
 	}
 	r := nodeResult{node: i, val: v, err: err}
 	if c.req.onAnswer != nil {
-		c.req.onAnswer(r)
+		c.req.onAnswer.record(r)
 	}
 	if undo := c.add(r); undo != nil && mayHold(r) {
 		// Counted before this request leaves the count, so Close waits.
 		c.l.releaseBG(c.parent, c.req, undo, []int{i}, true)
 	}
 	if c.left.Add(-1) == 0 {
-		c.cancel()
+		c.ctx.end(context.Canceled)
 	}
 	c.l.inflight.Done()
 }
@@ -236,7 +238,17 @@ type target struct {
 	boxed []any    // the keys boxed once, for every request's arguments
 }
 
+// oneKey holds a one-key target's slices, in one allocation.
+type oneKey struct {
+	keys  [1]string
+	boxed [1]any
+}
+
 func newTarget(keys []string) (target, error) {
+	if len(keys) == 1 && keys[0] != "" && keys[0] != BootMarkerKey {
+		o := &oneKey{keys: [1]string{keys[0]}, boxed: [1]any{keys[0]}}
+		return target{name: keys[0], keys: o.keys[:], boxed: o.boxed[:]}, nil
+	}
 	ks := slices.Clone(keys)
 	slices.Sort(ks)
 	ks = slices.Compact(ks)

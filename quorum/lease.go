@@ -25,9 +25,11 @@ type Lease struct {
 	start       time.Time // when the acquiring vote started
 	acqDeadline time.Time // the acquiring call's deadline
 	fast        bool      // the acquisition's lane (see lanes)
+	handovers   int       // hand-overs in a row that led to this lease (see handover)
 
 	extendMu sync.Mutex // one extension at a time
 	unlockMu sync.Mutex // one release at a time
+	unlocked bool       // under unlockMu: Unlock was called
 
 	mu     sync.Mutex
 	until  time.Time
@@ -40,12 +42,14 @@ type Lease struct {
 	relBuf [16]uint8
 }
 
-// arm starts the validity timer.
+// arm starts the validity timer, and tells this Locker's waiters that the
+// keys are held here (see waker.hold) until the lease ends.
 func (le *Lease) arm() {
 	le.mu.Lock() // expire may run at once; it must see the timer
 	defer le.mu.Unlock()
 	if !le.ended && le.timer == nil {
 		le.timer = time.AfterFunc(time.Until(le.until), le.expire)
+		le.l.wk.hold(le.keys)
 	}
 }
 
@@ -120,17 +124,20 @@ func (le *Lease) String() string {
 // if the lease had ended or, for an expiry, an extension moved Until meanwhile.
 func (le *Lease) end(err error, reason lease.LostReason) bool {
 	le.mu.Lock()
-	held := !le.ended
+	held, armed := !le.ended, le.timer != nil
 	if d := time.Until(le.until); held && reason == lease.LostExpired && d > 0 {
 		le.timer.Reset(d)
 		held = false
 	} else if held {
 		le.ended, le.err = true, err
-		if le.timer != nil {
+		if armed {
 			le.timer.Stop()
 		}
 	}
 	le.mu.Unlock()
+	if held && armed {
+		le.l.wk.unhold(le.keys)
+	}
 	if held {
 		if reason != 0 {
 			le.l.cfg.observer.ObserveLost(lease.LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
@@ -178,8 +185,8 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl != l.cfg.ttl {
 		bttl = ttl.Milliseconds()
 	}
-	c := l.send(ctx, request{op: OpExtend, key: le.name, keys: le.keys, fast: le.fast,
-		args: scripts[OpExtend].evalsha(le.boxed, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
+	c := l.send(ctx, request{op: OpExtend, script: extendScript, key: le.name, keys: le.keys, fast: le.fast,
+		args: extendScript.evalsha(le.boxed, le.btoken, bttl), deadline: earlier(start.Add(l.cfg.nodeTimeout), until)})
 	t := l.collect(c, stopDecided, newTally(len(l.nodes)))
 	ev := lease.ExtendEvent{Key: le.name, Duration: time.Since(start), Confirmed: t.ok}
 	return le.settleExtend(ctx, t, until, l.cfg.leaseEnd(start, ttl), ev)

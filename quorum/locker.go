@@ -22,8 +22,15 @@ var (
 	releaseSrc string
 	//go:embed scripts/extend.lua
 	extendSrc string
+	//go:embed scripts/handover.lua
+	handoverSrc string
 
-	scripts = [...]*luaScript{OpAcquire: newLuaScript(acquireSrc), OpExtend: newLuaScript(extendSrc), OpRelease: newLuaScript(releaseSrc)}
+	acquireScript  = newLuaScript(acquireSrc)
+	extendScript   = newLuaScript(extendSrc)
+	releaseScript  = newLuaScript(releaseSrc)
+	handoverScript = newLuaScript(handoverSrc)
+	// allScripts are the scripts a node is loaded with (see nodeWorker.load).
+	allScripts = [...]*luaScript{acquireScript, extendScript, releaseScript, handoverScript}
 )
 
 // BootMarkerKey is the key of the restart marker on every node: the run_id
@@ -120,7 +127,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("quorum: New: %w", errors.Join(p...))
 	}
 	l.cfg = cfg
-	l.wk = &waker{l: l, keys: map[string][]*waiter{}, subscribed: map[string]bool{}}
+	l.wk = &waker{l: l, keys: map[string][]*waiter{}, held: map[string]int{}, subscribed: map[string]bool{}}
 	l.ttlArg, l.windowArg, l.durableArg = cfg.ttl.Milliseconds(), cfg.window.Milliseconds(), "0"
 	if cfg.durable {
 		l.durableArg = "1"

@@ -12,7 +12,7 @@ import (
 // undo marks a failed acquisition undone and releases in the background what
 // it may have set: now on the nodes that answered, later on others (deliver).
 func (c *call) undo(keys []any, btoken any) {
-	args := scripts[OpRelease].evalsha(keys, btoken)
+	args := releaseScript.evalsha(keys, btoken)
 	c.mu.Lock()
 	c.undoArgs = args
 	var nodes []int
@@ -32,13 +32,18 @@ func (c *call) undo(keys []any, btoken any) {
 func (l *Locker) releaseBG(ctx context.Context, acq request, args []any, nodes []int, counted bool) {
 	rr := &releaseRun{l: l, key: acq.key, start: time.Now()}
 	rr.left.Store(int32(len(nodes)))
-	l.send(ctx, request{op: OpRelease, key: acq.key, keys: acq.keys, args: args, fast: acq.fast, deadline: rr.start.Add(l.cfg.nodeTimeout),
-		targets: nodes, detached: true, counted: counted, onAnswer: rr.record})
+	l.send(ctx, request{op: OpRelease, script: releaseScript, key: acq.key, keys: acq.keys, args: args, fast: acq.fast, deadline: rr.start.Add(l.cfg.nodeTimeout),
+		targets: nodes, detached: true, counted: counted, onAnswer: rr})
 }
 
 // Unlock releases the lease: compare-and-delete of every key on every node,
 // so a key that now belongs to another owner is left untouched. The lease
-// ends (Lost is closed) whatever the outcome.
+// ends (Lost is closed) whatever the outcome. When the oldest Lock call of
+// this Locker waiting for the keys waits for exactly these keys, the first
+// Unlock hands the keys over to it in the same script call: each node sets
+// every key from this lease's token to a new one, and that call returns the
+// new lease without a vote of its own (up to 8 hand-overs in a row; then
+// the keys are released, for other Lockers' waiters to take their turn).
 //
 // It returns nil as soon as a majority confirmed the release; the other
 // nodes are released in the background (Close waits for them), each after
@@ -54,19 +59,29 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	le.unlockMu.Lock()
 	defer le.unlockMu.Unlock()
 	le.end(nil, 0)
+	var ho *handover
 	targets, t := le.releaseTargets()
 	if len(targets) > 0 && t.verdict() == undecided {
-		errs := le.releaseRound(ctx, targets, t)
+		if !le.unlocked {
+			ho = le.nextHolder()
+		}
+		le.unlocked = true
+		errs := le.releaseRound(ctx, targets, t, ho)
 		_, t = le.releaseTargets() // what every try confirmed, not this one alone
 		t.errs = errs
 	}
+	won := t.ok >= l.quorum // on a hand-over (the first try), the next lease's vote too
 	switch {
+	case ho.settle(won):
+		return nil
 	case t.held > len(l.nodes)-l.quorum:
 		return l.quorumError(OpRelease, le.name, t,
 			"the token was no longer on a majority (the lease had expired, was taken over, or nodes lost it)", lease.ErrLeaseLost)
-	case t.ok >= l.quorum:
-		for _, k := range le.keys {
-			l.wk.released(k) // a waiter of this Locker may go now
+	case won:
+		if le.handovers < maxHandovers {
+			for _, k := range le.keys {
+				l.wk.released(k) // a waiter of this Locker may go now
+			}
 		}
 		return nil
 	}
@@ -83,9 +98,13 @@ func (le *Lease) releaseTargets() ([]int, tally) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	if le.rel == nil {
-		le.rel = append(le.relBuf[:0], make([]uint8, len(le.l.nodes))...) // in relBuf if it fits
+		if n := len(le.l.nodes); n <= len(le.relBuf) {
+			le.rel = le.relBuf[:n] // stPending, as new
+		} else {
+			le.rel = make([]uint8, n)
+		}
 	}
-	var targets []int
+	targets := make([]int, 0, len(le.rel))
 	t := newTally(len(le.l.nodes))
 	for i, s := range le.rel {
 		switch s {
@@ -100,18 +119,26 @@ func (le *Lease) releaseTargets() ([]int, tally) {
 	return targets, t
 }
 
-// releaseRound sends the release to targets and waits for a majority of
-// confirmations over every try (base), or a node timeout after the later of
-// now and the acquisition's deadline: a node still acquiring releases after.
-func (le *Lease) releaseRound(ctx context.Context, targets []int, base tally) []NodeError {
+// releaseRound sends the release (with ho, the hand-over) to targets and
+// waits for a majority of confirmations over every try (base), or a node
+// timeout after the later of now and the acquisition's deadline: a node
+// still acquiring releases after.
+func (le *Lease) releaseRound(ctx context.Context, targets []int, base tally, ho *handover) []NodeError {
 	l := le.l
 	start := time.Now()
 	deadline := start.Add(max(le.acqDeadline.Sub(start), 0) + l.cfg.nodeTimeout)
 	rr := &releaseRun{l: l, le: le, key: le.name, start: start}
 	rr.left.Store(int32(len(targets)) + 1) // and the decision below
-	args := scripts[OpRelease].evalsha(le.boxed, le.btoken)
-	c := l.send(ctx, request{op: OpRelease, key: le.name, keys: le.keys,
-		args: args, deadline: deadline, targets: targets, fast: le.fast, detached: true, onAnswer: rr.record})
+	script, args := releaseScript, releaseScript.evalsha(le.boxed, le.btoken)
+	if ho != nil {
+		ho.start = start // before the first request leaves
+		script, args = handoverScript, handoverScript.evalsha(le.boxed, le.btoken, ho.btoken, l.ttlArg)
+	}
+	c := l.send(ctx, request{op: OpRelease, script: script, key: le.name, keys: le.keys,
+		args: args, deadline: deadline, targets: targets, fast: le.fast, detached: true, onAnswer: rr})
+	if ho != nil {
+		ho.c = c
+	}
 	// Only a majority of confirmations ends the wait early: a "not ours"
 	// may come from a node that a previous try released a moment before.
 	t := l.collect(c, stopWon, base)

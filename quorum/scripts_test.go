@@ -21,6 +21,7 @@ func TestScripts(t *testing.T) {
 	acquire := redis.NewScript(quorum.AcquireSource)
 	release := redis.NewScript(quorum.ReleaseSource)
 	extend := redis.NewScript(quorum.ExtendSource)
+	handover := redis.NewScript(quorum.HandoverSource)
 	ctx, cancel := context.WithTimeout(context.Background(), slow(time.Minute))
 	defer cancel()
 
@@ -450,6 +451,53 @@ func TestScripts(t *testing.T) {
 		}
 		if got := get(t, a); got != "<absent>" {
 			t.Fatalf("release left our own key a = %q", got)
+		}
+	})
+
+	t.Run("HandoverPassesEveryKeyOrReleases", func(t *testing.T) {
+		const px = 5 * time.Minute
+		a, b := "s:ho:a", "s:ho:b"
+		sub := rdb.Subscribe(ctx, quorum.ReleaseChannelPrefix+a, quorum.ReleaseChannelPrefix+b)
+		defer func() { _ = sub.Close() }()
+		if _, err := sub.Receive(ctx); err != nil { // the first subscription's confirmation
+			t.Fatal(err)
+		}
+		if v := run(t, acquire, []string{a, b}, "old", (px / 2).Milliseconds(), 0, 0, 2); v != 1 {
+			t.Fatalf("acquire: got %d", v)
+		}
+		before := time.Now()
+		if v := run(t, handover, []string{a, b}, "old", "new", px.Milliseconds()); v != 1 {
+			t.Fatalf("hand-over of held keys: got %d, want 1", v)
+		}
+		for _, k := range []string{a, b} {
+			if got := get(t, k); got != "new" {
+				t.Fatalf("%s = %q after the hand-over, want new", k, got)
+			}
+			if d := pttl(t, k); d < px-time.Since(before)-time.Millisecond || d > px {
+				t.Fatalf("%s: PTTL %v, want the new lease's %v", k, d, px)
+			}
+		}
+		// Not ours (the old token again): nothing moves, nothing is announced.
+		if v := run(t, handover, []string{a, b}, "old", "other", px.Milliseconds()); v != 0 {
+			t.Fatalf("hand-over of another owner's keys: got %d, want 0", v)
+		}
+		if got := get(t, a); got != "new" {
+			t.Fatalf("a failed hand-over changed a to %q", got)
+		}
+		// One key gone: no hand-over; the key still ours is released and announced.
+		rdb.Del(ctx, b)
+		if v := run(t, handover, []string{a, b}, "new", "next", px.Milliseconds()); v != 0 {
+			t.Fatalf("hand-over with a key gone: got %d, want 0", v)
+		}
+		if ga, gb := get(t, a), get(t, b); ga != "<absent>" || gb != "<absent>" {
+			t.Fatalf("after a refused hand-over a = %q, b = %q, want both absent", ga, gb)
+		}
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Channel != quorum.ReleaseChannelPrefix+a {
+			t.Fatalf("announced on %q, want a's release", m.Channel)
 		}
 	})
 }

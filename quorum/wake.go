@@ -21,6 +21,7 @@ type waker struct {
 	l    *Locker
 	mu   sync.Mutex
 	keys map[string][]*waiter // per key, oldest first
+	held map[string]int       // per key, this Locker's leases that hold it (see hold)
 	subs []*redis.PubSub      // per node; nil until the first wait
 
 	dirty, syncing bool            // under mu: the subscriptions lag the waiters; sync runs
@@ -34,6 +35,10 @@ type waiter struct {
 	wake  chan struct{} // capacity 1: a wake-up while it is not waiting is kept
 	heard uint64        // nodes 0..63 that announced a release since the last attempt (under mu)
 	extra int           // such nodes above 63
+
+	offers   chan offer // capacity 1: a lease handed over to it (see handover)
+	reserved bool       // under mu: an Unlock is handing the keys over to it
+	gone     bool       // under mu: unregistered; it takes no more offers
 }
 
 // signal sends on a channel of capacity 1 unless a signal is pending.
@@ -57,7 +62,7 @@ func (w *waker) join(keys []string, behind bool) *waiter {
 	if w.subs == nil {
 		w.open()
 	}
-	wt := &waiter{keys: keys, wake: make(chan struct{}, 1)}
+	wt := &waiter{keys: keys, wake: make(chan struct{}, 1), offers: make(chan offer, 1)}
 	for _, k := range keys {
 		if len(w.keys[k]) == 0 {
 			w.kickSync()
@@ -76,21 +81,96 @@ func (w *waker) kickSync() {
 	}
 }
 
-// front reports whether wt is the oldest waiter of each of its keys.
-func (w *waker) front(wt *waiter) bool {
+// due reports whether wt should try now that its backoff ran out: it is
+// the oldest waiter of each of its keys, no hand-over to it is under way,
+// and no lease of this Locker holds one of its keys (an attempt could only
+// be refused; its Unlock wakes the waiter or hands the keys over, and a
+// lease lost without one lets the backoff run on).
+func (w *waker) due(wt *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return !wt.reserved && w.frontLocked(wt) && !slices.ContainsFunc(wt.keys, func(k string) bool { return w.held[k] > 0 })
+}
+
+// hold records that a lease of this Locker holds keys.
+func (w *waker) hold(keys []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		w.held[k]++
+	}
+}
+
+// unhold records that a lease of this Locker on keys ended.
+func (w *waker) unhold(keys []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		if w.held[k]--; w.held[k] <= 0 {
+			delete(w.held, k)
+		}
+	}
+}
+
+// frontLocked is front with w.mu held.
+func (w *waker) frontLocked(wt *waiter) bool {
 	behind := func(k string) bool { return len(w.keys[k]) == 0 || w.keys[k][0] != wt }
 	return !slices.ContainsFunc(wt.keys, behind)
 }
 
+// reserve returns the oldest waiter for exactly keys, reserved for a
+// hand-over, or nil when there is none free to take one.
+func (w *waker) reserve(keys []string) *waiter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.keys[keys[0]]
+	if len(q) == 0 {
+		return nil
+	}
+	wt := q[0]
+	if wt.reserved || len(wt.offers) > 0 || !slices.Equal(wt.keys, keys) || !w.frontLocked(wt) {
+		return nil
+	}
+	wt.reserved = true
+	return wt
+}
+
+// offer gives a reserved waiter the lease handed over to it, unless it is
+// gone, and wakes it.
+func (w *waker) offer(wt *waiter, o offer) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wt.reserved = false
+	if wt.gone {
+		return false
+	}
+	select {
+	case wt.offers <- o:
+	default: // never: reserve skips a waiter with an offer
+		return false
+	}
+	signal(wt.wake)
+	return true
+}
+
+// unreserve ends a reservation that handed nothing over; the waiter tries
+// again at once (the keys may be free now).
+func (w *waker) unreserve(wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wt.reserved = false
+	signal(wt.wake)
+}
+
 // unregister removes a waiter; the last waiter of a key unsubscribes it.
-func (w *waker) unregister(wt *waiter) {
+// It returns a lease handed over to the waiter that it did not take.
+func (w *waker) unregister(wt *waiter) (offer, bool) {
 	if wt == nil {
-		return
+		return offer{}, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	wt.gone = true
 	for _, k := range wt.keys {
 		q := w.keys[k]
 		i := slices.Index(q, wt)
@@ -112,6 +192,12 @@ func (w *waker) unregister(wt *waiter) {
 			delete(w.keys, k)
 			w.kickSync()
 		}
+	}
+	select {
+	case o := <-wt.offers:
+		return o, true
+	default:
+		return offer{}, false
 	}
 }
 

@@ -231,3 +231,35 @@ func TestNewLockCallsQueueBehindWaiters(t *testing.T) {
 		t.Fatalf("acquired in the order %s, want w1,w2,again", got)
 	}
 }
+
+// TestWaiterDoesNotPollALeaseOfItsOwnLocker: while a lease of the same
+// Locker holds the key, the oldest waiter does not try on its backoff
+// (here 1ms): it could only be refused. Once the lease is gone (here it
+// expires, unreleased) it tries again on its backoff and gets the key.
+func TestWaiterDoesNotPollALeaseOfItsOwnLocker(t *testing.T) {
+	r := newRig(t)
+	calls := newScriptCalls()
+	ttl := slow(time.Second)
+	l, err := quorum.New(r.hookedClients(t, calls), quorum.WithTTL(ttl),
+		quorum.WithRetry(quorum.Retry{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}), quorum.WithMaxWait(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	k := key(t)
+	if _, err := l.Lock(ctxT(t, 10*time.Second), k); err != nil { // never unlocked: it expires
+		t.Fatal(err)
+	}
+	start := time.Now()
+	g := <-lockAsync(ctxT(t, slow(time.Minute)), l, k)
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	defer func() { _ = g.le.Unlock(context.Background()) }()
+	// Polling every millisecond or so for the TTL would be hundreds of
+	// attempts; the waiter made one before it queued, then the few until
+	// the expired key was gone from a majority.
+	if n, waited := calls.count("acquire")/5, time.Since(start); n > 30 {
+		t.Fatalf("%d attempts in %v (the holder's included), want a few", n, waited)
+	}
+}

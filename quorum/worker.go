@@ -103,11 +103,11 @@ func (w *nodeWorker) sendQueued() bool {
 
 // sendOne runs a lone request, which can fall back to EVAL in order.
 func (w *nodeWorker) sendOne(c *call) {
-	cmd := redis.NewCmd(c.ctx, c.req.args...)
-	_ = w.conn.Process(c.ctx, cmd)
+	cmd := redis.NewCmd(&c.ctx, c.req.args...)
+	_ = w.conn.Process(&c.ctx, cmd)
 	if isNoScript(cmd.Err()) {
-		cmd = redis.NewCmd(c.ctx, append([]any{"eval", scripts[c.req.op].src}, c.req.args[2:]...)...)
-		_ = w.conn.Process(c.ctx, cmd)
+		cmd = redis.NewCmd(&c.ctx, append([]any{"eval", c.req.script.src}, c.req.args[2:]...)...)
+		_ = w.conn.Process(&c.ctx, cmd)
 	}
 	w.answer(c, cmd)
 }
@@ -175,7 +175,7 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 // pipeline that would replace the script's hash with the empty answer.
 func (w *nodeWorker) load(ctx context.Context) bool {
 	pipe := w.conn.Pipeline()
-	for _, s := range scripts[1:] {
+	for _, s := range allScripts {
 		pipe.ScriptLoad(ctx, s.src)
 	}
 	_, err := pipe.Exec(ctx)

@@ -39,6 +39,12 @@
 //	             lock per key in sorted key order (the deadlock-free way to hold
 //	             several), released in reverse
 //
+// Before the first scenario, lockbench waits (up to the TTL plus 5s) until
+// every Redis node has been up for the quorum contenders' restart window
+// (their TTL): a node younger than that votes through the restart guard's
+// young-node path (INFO server on every vote), a start-up transient that
+// would otherwise weigh on the first scenarios' guard figures.
+//
 // Rounds interleave the contenders (A B C, then B C A, ...) so a machine
 // whose speed drifts during the run shifts every contender alike. With no
 // -addrs, lockbench starts a test bed of -nodes masters (QUORUMLOCK_TESTBED
