@@ -73,11 +73,14 @@ echo "mixedrun: building bin/ordersd, bin/quorumbed and bin/orderload (output in
 "$GO" build -o bin/ ./cmd/ordersd
 "$GO" build -tags "$tags" -o bin/ ./devtools/cmd/quorumbed ./devtools/cmd/orderload
 
-# free_ports N: N loopback TCP ports nobody listens on.
+# free_ports N: N loopback TCP ports no socket uses, below the ephemeral
+# range (where outgoing connections take their ports).
 free_ports() {
-	local n=$1 p=$((20000 + RANDOM % 20000)) used found=0
-	used=$(ss -Htln | awk '{print $4}' | sed 's/.*://' | sort -u)
-	while [ "$found" -lt "$n" ]; do
+	local n=$1 low p used found=0
+	low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	p=$((10000 + RANDOM % (low - 11000)))
+	used=$(ss -Htan | awk '{print $4; print $5}' | sed 's/.*://' | sort -u)
+	while [ "$found" -lt "$n" ] && [ "$p" -lt "$low" ]; do
 		if ! grep -qx "$p" <<<"$used"; then echo "$p"; found=$((found + 1)); fi
 		p=$((p + 1))
 	done
@@ -116,7 +119,7 @@ start_ordersd() {
 			curl -fsS -m 2 -o /dev/null "$u/readyz" 2>/dev/null && break
 			sleep 0.1
 		done
-		curl -fsS -m 2 -o /dev/null "$u/readyz" || { tail -5 "$out"/ordersd-"$mode"-*.log >&2; echo "mixedrun: $u not ready after 30s" >&2; return 1; }
+		curl -fsS -m 2 -o /dev/null "$u/readyz" || { tail -n 5 "$out"/ordersd-"$mode"-*.log >&2; echo "mixedrun: $u not ready after 30s" >&2; return 1; }
 	done
 	urls=$(IFS=,; echo "${list[*]}")
 }
