@@ -97,6 +97,7 @@ start_bed() {
 		sleep 0.1
 	done
 	grep -q '^# bed is up' "$env_file" || { echo "mixedrun: the bed was not up after 120s" >&2; return 1; }
+	bed_up=$SECONDS
 	ORDERS_REDIS_ADDRS=$(sed -n 's/^ORDERS_REDIS_ADDRS=//p' "$env_file")
 	ORDERS_DATABASE_URL=$(sed -n 's/^ORDERS_DATABASE_URL=//p' "$env_file")
 	export ORDERS_REDIS_ADDRS ORDERS_DATABASE_URL
@@ -156,6 +157,11 @@ for mode in "${modes[@]}"; do
 	ORDERS_JWT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 	export ORDERS_JWT_SECRET
 	start_ordersd "$mode"
+	# A master votes only once its uptime passes the restart guard's
+	# window (ORDERS_LOCK_TTL, 5s): until then the lock falls back to
+	# Postgres. The load starts after it.
+	rest=$((bed_up + 6 - SECONDS))
+	[ "$rest" -gt 0 ] && sleep "$rest"
 	load "$mode" distinct "$distinct" 0
 	load "$mode" popular 0 "$popular"
 	load "$mode" mixed "$distinct" "$popular"
