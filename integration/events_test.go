@@ -14,7 +14,8 @@ package integration_test
 //	the Redis dedup records are lost: the consumed_events row stops
 //	the repeats (counted as postgres hits); with the row gone too,
 //	the same check sees the doubles                                  TestEvents/RedisDedupLost
-//	10,000 events and 1,000 copies at random positions: exact mode
+//	2,000 events and 200 copies at random positions (10,000 and 1,000
+//	with -tags chaos, which `make chaos` runs): exact mode
 //	ships each paid order once; approximate mode with each filter
 //	skips a measured fraction (false positives) within bounds; a
 //	naive consumer and undersized filters fail the same checks       TestEvents/Flood/...
@@ -578,25 +579,24 @@ func (w *evWorld) entryIDs() map[string]bool {
 	return out
 }
 
-// Flood sizes.
+// Flood settings; its sizes, floodEvents and floodCopies, are in
+// long_off_test.go and long_on_test.go.
 const (
-	floodEvents = 10_000
-	floodCopies = 1_000 // 10%
-	floodSeed   = 20261201
+	floodSeed = 20261201
 	// floodFPBound is the bound on the measured false-positive rates of the
 	// filters sized for floodEvents at 1%: generous, three times the rate
 	// of the full filter (the rate met over the fill is a fifth of it).
 	floodFPBound = 0.03
 )
 
-// flood is the flood's stream content: 10,000 order.paid events, each of
-// 1,000 of them (drawn with a seeded RNG) copied once, the copies at random
-// positions.
+// flood is the flood's stream content: floodEvents order.paid events,
+// floodCopies of them (drawn with a seeded RNG) copied once, the copies at
+// random positions.
 type flood struct {
 	ids []string // the distinct event ids, in publication order
 }
 
-// buildFlood makes the 10,000 paid orders, publishes their order.paid
+// buildFlood makes the floodEvents paid orders, publishes their order.paid
 // events with the relay to a staging stream, and writes the flood to the
 // world's stream.
 func buildFlood(t *testing.T, w *evWorld) flood {
@@ -773,8 +773,8 @@ func expectedFillRate(rate func(uint) float64, n int) float64 {
 	return s / float64(n)
 }
 
-// The flood: 10,000 order.paid events and 1,000 copies at random
-// positions, consumed in exact mode by two shipper processes, then by
+// The flood: floodEvents order.paid events and floodCopies copies at
+// random positions, consumed in exact mode by two shipper processes, then by
 // approximate consumers with each filter, each mode its own group on the
 // one stream; and the controls that show each check can fail.
 func drillFlood(t *testing.T, w *evWorld) {
@@ -859,11 +859,12 @@ SELECT o, e, '42', 1, 'flood-naive' FROM unnest($1::text[], $2::text[]) AS v(o, 
 
 	t.Run("UndersizedControl", func(t *testing.T) {
 		w := w.in(t)
-		// Filters sized for 500 events: the shared one saturates and skips
-		// most events; the in-process one rolls its generations and forgets
-		// early events, so their copies are processed again. The same check
-		// must refuse both.
-		red, err := events.NewRedisFilter(w.rdb, 500, 0.01, time.Hour)
+		// Filters sized for a twentieth of the events: the shared one
+		// saturates and skips most events; the in-process one rolls its
+		// generations and forgets early events, so their copies are
+		// processed again. The same check must refuse both.
+		const undersized = floodEvents / 20
+		red, err := events.NewRedisFilter(w.rdb, undersized, 0.01, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -872,7 +873,7 @@ SELECT o, e, '42', 1, 'flood-naive' FROM unnest($1::text[], $2::text[]) AS v(o, 
 		} else {
 			t.Logf("undersized redis filter: %v", err)
 		}
-		mem, err := events.NewMemoryFilter(500, 0.01)
+		mem, err := events.NewMemoryFilter(undersized, 0.01)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -29,19 +31,38 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-	)
+	code := m.Run()
+	if err := shared.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "the shared bed: close: %v\n", err)
+		code = max(code, 1)
+	}
+	if code == 0 {
+		// goleak's check of TestMain (VerifyTestMain), once the shared
+		// bed is closed.
+		err := goleak.Find(
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+			goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
+			goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
+
+// shared is the bed (five masters, Postgres) that the package's tests take
+// in turn (newRig); TestMain closes it.
+var shared = bedtest.Shared{Options: testbed.Options{Redis: 5, Postgres: true}}
 
 var secret = []byte("test-secret-of-32-bytes-length!!")
 
-// rig is one bed (five masters, Postgres) with a migrated database and
-// product 42 stocked, on which tests start service instances.
+// rig is the shared bed (five masters, Postgres, reset for the test) with
+// a migrated database of the test's own and product 42 stocked, on which
+// tests start service instances.
 type rig struct {
 	bed  *testbed.Bed
 	dsn  string
@@ -51,7 +72,7 @@ type rig struct {
 
 func newRig(t *testing.T, stock int64) *rig {
 	t.Helper()
-	bed := bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true})
+	bed := shared.Take(t)
 	ctx := context.Background()
 	db := storetest.New(t, bed.Postgres)
 	dsn, pool, st := db.DSN, db.Pool, db.Store

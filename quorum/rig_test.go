@@ -27,15 +27,27 @@ type rig struct {
 	admin   []*redis.Client
 }
 
+// shared is the bed of five masters that the package's tests take in
+// turn (newRig); TestMain closes it.
+var shared = bedtest.Shared{Options: testbed.Options{Redis: 5}}
+
+// newRig is a rig on the shared bed, its nodes running, healed and empty
+// (bedtest.Shared), and vouched for: they vote at once. Their uptime is
+// the bed's, not the test's: a test about young nodes uses newRigWith.
 func newRig(t testing.TB) *rig {
 	t.Helper()
-	return newRigWith(t, testbed.Options{Redis: 5})
+	return rigOn(t, shared.Take(t))
 }
 
-// newRigWith is newRig on a bed started with o.
+// newRigWith is a rig on a bed of its own, started with o.
 func newRigWith(t testing.TB, o testbed.Options) *rig {
 	t.Helper()
-	bed := bedtest.Start(t, o)
+	return rigOn(t, bedtest.Start(t, o))
+}
+
+// rigOn is a rig on bed, with new clients.
+func rigOn(t testing.TB, bed *testbed.Bed) *rig {
+	t.Helper()
 	r := &rig{bed: bed, nodes: bed.Redis}
 	for i := range bed.Redis {
 		r.clients = append(r.clients, r.newClient(t, i))

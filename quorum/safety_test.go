@@ -473,7 +473,7 @@ func TestRestartGuard(t *testing.T) {
 	// Young nodes nobody vouched for stay out of the vote until their
 	// uptime reaches the window, then Lock gets through.
 	t.Run("YoungNodesWarmUpThenVote", func(t *testing.T) {
-		r := newRig(t)
+		r := newRigWith(t, testbed.Options{Redis: 5}) // young nodes: a bed of its own
 		for i, a := range r.admin {
 			if err := a.Del(ctxT(t, 10*time.Second), quorum.BootMarkerKey).Err(); err != nil {
 				t.Fatalf("node %d: %v", i, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,14 +23,33 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-	)
+	code := m.Run()
+	if err := shared.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "the shared bed: close: %v\n", err)
+		code = max(code, 1)
+	}
+	if code == 0 {
+		// goleak's check of TestMain (VerifyTestMain), once the shared
+		// bed is closed.
+		err := goleak.Find(
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+			goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
+			goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
-// env is one Redis and a migrated orders database with product 42.
+// shared is the bed (one Redis, Postgres) that the package's tests take in
+// turn (newEnv); TestMain closes it.
+var shared = bedtest.Shared{Options: testbed.Options{Redis: 1, Postgres: true}}
+
+// env is the shared Redis (reset for the test: running, healed, empty) and
+// a migrated orders database of the test's own with product 42.
 type env struct {
 	pool   *pgxpool.Pool
 	rdb    *redis.Client
@@ -38,7 +58,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	bed := bedtest.Start(t, testbed.Options{Redis: 1, Postgres: true})
+	bed := shared.Take(t)
 	db := storetest.New(t, bed.Postgres)
 	if err := db.Store.SeedProduct(context.Background(), "42", 1_000_000, 100); err != nil {
 		t.Fatal(err)

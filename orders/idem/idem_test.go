@@ -22,11 +22,29 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if err := shared.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "the shared bed: close: %v\n", err)
+		code = max(code, 1)
+	}
+	if code == 0 {
+		// goleak's check of TestMain (VerifyTestMain), once the shared
+		// bed is closed.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
-// fixture is a Store over the five masters of a test bed, plus raw clients
-// to look at what the scripts wrote.
+// shared is the bed of five masters that the package's tests take in turn
+// (newFixture); TestMain closes it.
+var shared = bedtest.Shared{Options: testbed.Options{Redis: 5}}
+
+// fixture is a Store over the five masters of the shared bed (reset for
+// the test: running, healed, empty), plus raw clients to look at what the
+// scripts wrote.
 type fixture struct {
 	bed   *testbed.Bed
 	raw   []*redis.Client
@@ -35,7 +53,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts ...idem.Option) *fixture {
 	t.Helper()
-	bed := bedtest.Start(t, testbed.Options{Redis: 5})
+	bed := shared.Take(t)
 	raw := bedtest.RedisClients(t, bed)
 	return &fixture{bed: bed, raw: raw, store: newStore(t, raw, opts...)}
 }

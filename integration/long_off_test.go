@@ -1,0 +1,15 @@
+//go:build !chaos
+
+package integration_test
+
+// The sizes of the suites that `make test` runs short and `make chaos`
+// runs long (`go test -tags chaos ./integration/`; long_on_test.go).
+const (
+	// floodEvents is the flood's number of distinct order.paid events,
+	// floodCopies how many of them are copied once (10%).
+	floodEvents = 2_000
+	floodCopies = 200
+	// chaosRounds bounds the rounds (staged faults, or nemesis steps) of
+	// each row of TestChaosShort; 0 keeps each scenario's own.
+	chaosRounds = 1
+)
