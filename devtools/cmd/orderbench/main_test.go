@@ -38,7 +38,8 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.clients, []int{64, 512}) || c.duration != 5*time.Second || c.warmup != time.Second || c.lockWait != 2*time.Second ||
+	if !slices.Equal(c.clients, []int{64, 512}) || c.duration != 5*time.Second || c.warmup != time.Second || c.lockWait != 500*time.Millisecond ||
+		c.lockRule != "contended" || c.busyBuyers != 300 ||
 		!slices.Equal(c.scenarios, allScenarios) || !slices.Equal(c.modes, allModes) || !slices.Equal(c.backends, allBackends) || !c.usesEtcd() ||
 		c.jsonPath != "" || c.plotPath != "" ||
 		c.flash != (flashConfig{units: 500, buyers: 5000, spread: time.Second, seed: 1}) {
@@ -130,6 +131,9 @@ func TestParseRejectsBadFlags(t *testing.T) {
 		{[]string{"-flash-units", "many"}, "-flash-units"},
 		{[]string{"-flash-buyers", "0"}, "-flash-buyers"},
 		{[]string{"-flash-buyers", "10001"}, "-flash-buyers"},
+		{[]string{"-busy-buyers", "0"}, "-busy-buyers"},
+		{[]string{"-lock-rule", "sometimes"}, "-lock-rule"},
+		{[]string{"-lock-rule", ""}, "-lock-rule"},
 		{[]string{"-flash-spread", "-1ms"}, "-flash-spread"},
 		{[]string{"-flash-spread", "11m"}, "-flash-spread"},
 		{[]string{"-flash-spread", "1"}, "-flash-spread"},

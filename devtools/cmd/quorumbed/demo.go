@@ -115,6 +115,11 @@ func demoEnv(base []string, b *testbed.Bed, payURL string) []string {
 		"ORDERS_DATABASE_URL=" + b.Postgres.DSN(),
 		"ORDERS_JWT_SECRET=" + demoSecret,
 		"ORDERS_LOCK_FALLBACK=db",
+		// The demo shows the stock lock at work on each order (its leases in
+		// the log and the operator's view); ordersd's default, auto, takes
+		// it only for a product with company, which a demo's few orders
+		// rarely are.
+		"ORDERS_LOCK=on",
 		"ORDERS_PAYMENT_URL=" + payURL,
 		"ORDERS_PAYMENT_CALLBACK_SECRET=" + demoCallbackSecret,
 		// The watchdog rounds often enough for orders_invariant_violations
