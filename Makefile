@@ -18,17 +18,17 @@ APIDIFF_VERSION := v0.0.0-20261113113407-e3970619a1a4
 API_PACKAGES := quorum etcdlock fencing lease
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images lint api-baseline api-report test test-go test-local bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
+.PHONY: help deps images lint api-baseline api-report test test-go test-build bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
 
 help:
 	@echo "make demo    run the main job on a test bed (docker when the images exist, else local processes; installs redis-server and postgresql only)"
-	@echo "make test    every test: lint, unit, race, integration on both providers"
+	@echo "make test    every test: lint, then every package once on the bed's provider (with -race where it finds something), a short row of the other provider, the package times"
 	@echo "make images  build the local Redis, Postgres, Prometheus and etcd images from Debian packages"
 	@echo "make deps    install redis-server, postgresql, etcd-server, debootstrap, promtool (prometheus) and, where docker is, docker-compose when missing"
 	@echo "make bench   the benchmarks"
 	@echo "make lockbench  every lock contender in every scenario, side by side (tables, JSON, plot)"
 	@echo "make orderbench POST /orders on three instances, with the quorum lock and with Postgres alone"
-	@echo "make chaos   every fault scenario on both locks, with and without the fence, each on 3 seeds (60 minutes at most); writes docs/SAFETY.md"
+	@echo "make chaos   every fault scenario on both locks, with and without the fence, each on 3 seeds (60 minutes at most); writes docs/SAFETY.md; then the event flood at full size"
 	@echo "make api-baseline  record the exported API of $(API_PACKAGES) in api/, which make lint compares against"
 	@echo "make fuzz    run each fuzz target for a while"
 	@echo "make up      the docker-compose stack (5 masters, Postgres, 3 ordersd, fakepay, Prometheus on 127.0.0.1:19090); waits until every service is healthy"
@@ -69,16 +69,44 @@ api-report:
 	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
 	@API_PACKAGES="$(API_PACKAGES)" APIDIFF=$(GOBIN)/apidiff bash scripts/apicheck.sh report
 
-# Every package, with the race detector, on the bed chosen by QUORUMLOCK_TESTBED.
+# The packages of `make test-go`, in two lists that together hold every
+# package once (scripts/gotest.sh checks it), each list's slowest packages
+# first so that go test starts them first. README.md ("What runs where")
+# says why each package is where it is.
+# With the race detector: the packages with concurrency of their own
+# (quorum's node workers and watchdog, etcdlock's sessions, the orders
+# placement combiner and the services built on it, the bed's proxies and
+# processes, the chaos workers' plumbing) and the libraries they use.
+RACE_PKGS := ./quorum/... ./orders/ ./orders/store/ ./etcdlock/... ./devtools/testbed/... \
+	./orders/... ./fencing/... ./devtools/nemesis/... ./lease/... ./internal/... \
+	./devtools/chaos/... ./devtools/checker/... ./devtools/fakepay/... ./devtools/audit/... \
+	./devtools/locktest/... ./devtools/storetest/...
+# Without it: the packages whose tests spend their time waiting on servers
+# and processes (the end-to-end suites, the commands, the compose stack,
+# the alert rules).
+PLAIN_PKGS := ./integration/... ./compose/... ./devtools/cmd/... ./cmd/... ./deploy/...
+# How many packages each of the two runs tests at once (both runs go on at
+# the same time).
+TEST_P ?= 2
+
+# Every package once, on the bed chosen by QUORUMLOCK_TESTBED: RACE_PKGS
+# with -race and PLAIN_PKGS without, at the same time; then the time of
+# every package, slowest first (bin/test/ keeps the go test -json streams).
+# integration's TestProviders keeps a short row of each provider.
 test-go:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@GO=$(GO) RACE_PKGS="$(RACE_PKGS)" PLAIN_PKGS="$(PLAIN_PKGS)" TEST_P=$(TEST_P) bash scripts/gotest.sh
 
-# The bed's own tests and the integration suites again on local processes,
-# so both providers are exercised.
-test-local:
-	QUORUMLOCK_TESTBED=local $(GO) test -count=1 -timeout 15m ./integration/... ./devtools/...
+# Compiles what the race run will need while the images build and lint
+# runs (go vet compiles the rest).
+test-build:
+	$(GO) build -race $(RACE_PKGS)
 
-test: images lint test-go test-local
+# The images, lint and the race build at the same time (each one's output
+# printed when it ends), then the tests.
+test: deps
+	@s=$$(date +%s) && $(MAKE) --no-print-directory -j3 --output-sync=target images lint test-build && \
+		echo "test: images, lint and the race build took $$(( $$(date +%s) - s ))s"
+	@$(MAKE) --no-print-directory test-go
 
 bench: images
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
@@ -91,9 +119,13 @@ orderbench: images
 
 # Every chaos scenario on both locks, fenced and unfenced, each on 3 seeds (seed + 0..2),
 # bounded to 60 minutes; writes
-# docs/SAFETY.md. The short suite runs inside `make test` (TestChaosShort).
+# docs/SAFETY.md. The short suite runs inside `make test` (TestChaosShort, one
+# round a row). Then the long sizes of integration's suites that `make test`
+# runs short (-tags chaos, integration/long_on_test.go): the event flood at
+# 10,000 events and 1,000 copies.
 chaos: images
 	$(GO) run ./devtools/cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md
+	$(GO) test -tags chaos -count=1 -timeout 20m -run 'TestEvents$$/^Flood$$' ./integration/
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

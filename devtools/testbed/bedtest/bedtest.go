@@ -29,6 +29,15 @@ func Start(t testing.TB, opts testbed.Options) *testbed.Bed {
 		t.Fatalf("%v", err)
 	}
 	t.Cleanup(func() {
+		// The etcd members are killed first: the bed throws their data
+		// away, and members stopped one after the other each wait for
+		// the peers already gone (7.6 s for three on the docker
+		// provider, 0.4 s killed).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, n := range b.Etcd {
+			_ = n.Kill(ctx)
+		}
 		if err := b.Close(); err != nil {
 			t.Errorf("testbed: close: %v", err)
 		}
