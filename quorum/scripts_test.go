@@ -500,4 +500,86 @@ func TestScripts(t *testing.T) {
 			t.Fatalf("announced on %q, want a's release", m.Channel)
 		}
 	})
+
+	t.Run("GuardProofSkipsTIMEWithinTheProcess", func(t *testing.T) {
+		// With the uptime proof key, a vote that finds the node up for
+		// the window stores LASTSAVE there, and the next votes of the
+		// same process (LASTSAVE unchanged) read no TIME. A save moves
+		// LASTSAVE on: the proof no longer matches and TIME is read again.
+		const window = time.Second
+		proof := "quorumlock:boot:up"
+		calls := func(t *testing.T, cmd string) int64 {
+			t.Helper()
+			s, err := rdb.Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(s, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+					n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+					return n
+				}
+			}
+			return 0
+		}
+		vote := func(t *testing.T, k string) int64 {
+			t.Helper()
+			return run(t, acquire, []string{k, quorum.BootMarkerKey, proof}, "tok", 5000, window.Milliseconds(), "0")
+		}
+		pastWindow := func(t *testing.T) int64 {
+			t.Helper()
+			deadline := time.Now().Add(slow(time.Minute))
+			for {
+				last, err := rdb.LastSave(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if time.Now().Unix()-last >= 3 {
+					return last
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("LASTSAVE still %ds ago", time.Now().Unix()-last)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		setMarker(t, rdb, "")
+		rdb.Del(ctx, proof)
+		last := pastWindow(t)
+		if v := vote(t, "s:proof:0"); v != 1 {
+			t.Fatalf("first vote past the window: got %d, want 1", v)
+		}
+		if got := get(t, proof); got != strconv.FormatInt(last, 10) {
+			t.Fatalf("proof %q, want LASTSAVE %d", got, last)
+		}
+		before := calls(t, "time")
+		for i := range 5 {
+			if v := vote(t, "s:proof:"+strconv.Itoa(i+1)); v != 1 {
+				t.Fatalf("vote with the proof: got %d, want 1", v)
+			}
+		}
+		if n := calls(t, "time") - before; n != 0 {
+			t.Fatalf("the script read TIME %d times with a matching proof, want 0", n)
+		}
+		// A key of another type read through MGET: refused, untouched.
+		if err := rdb.RPush(ctx, "s:proof:list", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v := vote(t, "s:proof:list"); v != 0 {
+			t.Fatalf("a list key: got %d, want 0", v)
+		}
+		if typ := rdb.Type(ctx, "s:proof:list").Val(); typ != "list" {
+			t.Fatalf("the list key is now a %s", typ)
+		}
+		if err := rdb.Save(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before = calls(t, "time")
+		if v := vote(t, "s:proof:aftersave"); v != 1 {
+			t.Fatalf("after a save, a node up for the window: got %d, want 1", v)
+		}
+		if n := calls(t, "time") - before; n != 1 {
+			t.Fatalf("after a save the script read TIME %d times, want 1 (the proof is stale)", n)
+		}
+	})
 }

@@ -65,7 +65,7 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 	if !cfg.wants(nameEtcd) {
 		direct.etcd, proxied.etcd = nil, nil
 	}
-	if cfg.wants(nameQuorum) || cfg.wants(nameQuorumNoGuard) {
+	if cfg.pastWindow && (cfg.wants(nameQuorum) || cfg.wants(nameQuorumNoGuard)) {
 		// The quorum contenders' restart window is their TTL (the default).
 		if err := pastWindow(ctx, direct.redis, cfg.ttl); err != nil {
 			return nil, err

@@ -39,11 +39,12 @@
 //	             lock per key in sorted key order (the deadlock-free way to hold
 //	             several), released in reverse
 //
-// Before the first scenario, lockbench waits (up to the TTL plus 5s) until
-// every Redis node has been up for the quorum contenders' restart window
-// (their TTL): a node younger than that votes through the restart guard's
-// young-node path (INFO server on every vote), a start-up transient that
-// would otherwise weigh on the first scenarios' guard figures.
+// Before the first scenario, lockbench waits (up to the TTL plus 5s; not
+// with -past-window=false) until every Redis node has been up for the
+// quorum contenders' restart window (their TTL): a node younger than that
+// votes through the restart guard's young-node path (INFO server on every
+// vote), a start-up transient that would otherwise weigh on the first
+// scenarios' guard figures.
 //
 // Rounds interleave the contenders (A B C, then B C A, ...) so a machine
 // whose speed drifts during the run shifts every contender alike. With no
@@ -105,6 +106,8 @@ type config struct {
 	plotPath     string
 	cpuProfile   string
 	quiet        bool
+	// pastWindow: wait until the nodes are past the restart window first.
+	pastWindow bool
 	// notes are remarks of the parse for the report (a contender left out).
 	notes []string
 }
@@ -146,6 +149,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.jsonPath, "json", "", "write every figure as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "draw latency CDFs, one panel per scenario, into this PNG file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar on stderr")
+	fs.BoolVar(&c.pastWindow, "past-window", true, "before the first scenario, wait (up to -ttl + 5s) until every node has been up for the quorum contenders' restart window (-ttl)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs (bed start-up excluded) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -353,7 +353,7 @@ func TestRunGivenAddrs(t *testing.T) {
 	}
 	var out strings.Builder
 	err := run(ctx, []string{"-addrs", strings.Join(bed.RedisAddrs(), ","), "-etcd-addrs", strings.Join(bed.EtcdEndpoints(), ","), "-rounds", "1", "-ops", "20",
-		"-scenarios", "solo-2,node-down", "-ttl", "20s", "-node-timeout", "2s", "-quiet"}, &out)
+		"-scenarios", "solo-2,node-down", "-ttl", "20s", "-node-timeout", "2s", "-past-window=false", "-quiet"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func TestRunEndToEnd(t *testing.T) {
 	jsonPath, plotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
 	var out strings.Builder
 	err := run(ctx, []string{"-rounds", "1", "-ops", "20", "-hot-duration", "200ms",
-		"-scenarios", "solo-1,hot-16-0ms,slow-node", "-ttl", "20s", "-node-timeout", "2s",
+		"-scenarios", "solo-1,hot-16-0ms,slow-node", "-ttl", "20s", "-node-timeout", "2s", "-past-window=false",
 		"-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +483,7 @@ func TestRunMixed(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	var out strings.Builder
 	err := run(ctx, []string{"-rounds", "1", "-hot-duration", "300ms", "-scenarios", "mixed-4-2-1ms",
-		"-ttl", "20s", "-node-timeout", "2s", "-json", jsonPath, "-quiet"}, &out)
+		"-ttl", "20s", "-node-timeout", "2s", "-past-window=false", "-json", jsonPath, "-quiet"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

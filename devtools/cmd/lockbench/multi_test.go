@@ -202,7 +202,7 @@ func TestRunMulti(t *testing.T) {
 	jsonPath, plotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
 	var out strings.Builder
 	err := run(ctx, []string{"-rounds", "1", "-hot-duration", "500ms", "-scenarios", "multi-3", "-multi-workers", "4", "-multi-pool", "6",
-		"-ttl", "20s", "-node-timeout", "2s", "-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
+		"-ttl", "20s", "-node-timeout", "2s", "-past-window=false", "-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
