@@ -523,6 +523,16 @@ type holdAcquire struct {
 	log []string
 }
 
+// acquireOrRelease names a script call: acquire (by its SHA-1, or an EVAL
+// of its source), else release.
+func acquireOrRelease(cmd redis.Cmder) string {
+	a := cmd.Args()
+	if len(a) > 1 && (quorum.ScriptNames[fmt.Sprint(a[1])] == "acquire" || fmt.Sprint(a[1]) == quorum.AcquireSource) {
+		return "acquire"
+	}
+	return "release"
+}
+
 func (h *holdAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessPipelineHook treats a batch like its commands one after another:
@@ -534,11 +544,7 @@ func (h *holdAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			if cmd.Name() != "evalsha" && cmd.Name() != "eval" {
 				continue
 			}
-			w := "release"
-			if a := cmd.Args(); len(a) > 2 && fmt.Sprint(a[2]) == "2" {
-				w = "acquire"
-			}
-			what = append(what, w)
+			what = append(what, acquireOrRelease(cmd))
 		}
 		if slices.Contains(what, "acquire") {
 			select {
@@ -560,9 +566,8 @@ func (h *holdAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if cmd.Name() != "evalsha" && cmd.Name() != "eval" {
 			return next(ctx, cmd)
 		}
-		what := "release"
-		if a := cmd.Args(); len(a) > 2 && fmt.Sprint(a[2]) == "2" {
-			what = "acquire"
+		what := acquireOrRelease(cmd)
+		if what == "acquire" {
 			select {
 			case <-h.let:
 			case <-ctx.Done():
