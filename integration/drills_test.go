@@ -58,7 +58,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,9 +151,9 @@ type drillKit struct {
 	backend map[string]string
 }
 
-// startKit builds the binary into t's temporary directory while the bed
-// starts (with an etcd cluster of etcd members for the lock when etcd is
-// not 0); both go away when t ends.
+// startKit builds the binary (once for the test binary: builds) while the
+// bed starts (with an etcd cluster of etcd members for the lock when etcd
+// is not 0); the bed goes away when t ends.
 func startKit(t *testing.T, etcd int) *drillKit {
 	t.Helper()
 	start := time.Now()
@@ -162,7 +161,7 @@ func startKit(t *testing.T, etcd int) *drillKit {
 	built := make(chan error, 1)
 	go func() {
 		var err error
-		k.bin, err = buildOrdersd(t.TempDir())
+		k.bin, err = builds.path("github.com/quorumlock/quorumlock/cmd/ordersd")
 		built <- err
 	}()
 	k.bed = bedtest.Start(t, testbed.Options{Redis: 5, Postgres: true, Etcd: etcd})
@@ -184,23 +183,6 @@ func startKit(t *testing.T, etcd int) *drillKit {
 	}
 	t.Logf("drills: bed (%s) and ordersd -tags failpoints ready in %v", k.bed.Provider, time.Since(start).Round(time.Millisecond))
 	return k
-}
-
-// buildOrdersd builds cmd/ordersd with its failpoints into dir.
-func buildOrdersd(dir string) (string, error) {
-	gocmd, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("the go command is needed to build ordersd: %w", err)
-	}
-	bin := filepath.Join(dir, "ordersd")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, gocmd, "build", "-tags", "failpoints", "-o", bin,
-		"github.com/quorumlock/quorumlock/cmd/ordersd").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build -tags failpoints ./cmd/ordersd: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // drill is one drill's world: a fresh database with its products, a fake

@@ -84,11 +84,10 @@ var eventDrills = []struct {
 func TestEvents(t *testing.T) {
 	start := time.Now()
 	k := &eventsKit{}
-	dir := t.TempDir()
 	var wg sync.WaitGroup
 	var errOrdersd, errShipper error
-	wg.Go(func() { k.ordersd, errOrdersd = buildFailpoints(dir, "github.com/quorumlock/quorumlock/cmd/ordersd") })
-	wg.Go(func() { k.shipper, errShipper = buildFailpoints(dir, "github.com/quorumlock/quorumlock/cmd/shipper") })
+	wg.Go(func() { k.ordersd, errOrdersd = builds.path("github.com/quorumlock/quorumlock/cmd/ordersd") })
+	wg.Go(func() { k.shipper, errShipper = builds.path("github.com/quorumlock/quorumlock/cmd/shipper") })
 	// No process of these drills restarts Redis: the AOF is not needed.
 	k.bed = bedtest.Start(t, testbed.Options{Redis: len(eventDrills), Postgres: true, AppendFsync: testbed.FsyncOff})
 	wg.Wait()

@@ -9,8 +9,10 @@ import (
 
 // TestMain lets this test binary double as a chaos worker process: the
 // chaos suite re-executes it with the worker's configuration in the
-// environment.
+// environment. It removes the binaries the tests built (builds).
 func TestMain(m *testing.M) {
 	chaos.MaybeWorker()
-	os.Exit(m.Run())
+	code := m.Run()
+	builds.remove()
+	os.Exit(code)
 }

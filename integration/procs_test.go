@@ -11,15 +11,71 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// failpointBuilds builds each command with -tags failpoints once for the
+// whole test binary: the drills on Redis and on etcd and the event drills
+// all run the same ordersd, and a link of it costs seconds. TestMain
+// removes the directory.
+type failpointBuilds struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]*failpointBuild
+}
+
+// failpointBuild is one command's build, done once.
+type failpointBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// builds is the test binary's failpointBuilds (see TestMain).
+var builds failpointBuilds
+
+// path builds the command pkg (an import path), the first time it is
+// asked for, and returns the binary's path.
+func (b *failpointBuilds) path(pkg string) (string, error) {
+	b.mu.Lock()
+	if b.built == nil {
+		b.built = map[string]*failpointBuild{}
+	}
+	bd := b.built[pkg]
+	if bd == nil {
+		bd = &failpointBuild{}
+		b.built[pkg] = bd
+	}
+	if b.dir == "" {
+		b.dir, bd.err = os.MkdirTemp("", "quorumlock-failpoints-*")
+	}
+	dir := b.dir
+	b.mu.Unlock()
+	bd.once.Do(func() {
+		if bd.err == nil {
+			bd.path, bd.err = buildFailpoints(dir, pkg)
+		}
+	})
+	return bd.path, bd.err
+}
+
+// remove deletes the binaries.
+func (b *failpointBuilds) remove() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+}
 
 // buildFailpoints builds the command pkg (an import path) with -tags
 // failpoints into dir and returns the binary's path.

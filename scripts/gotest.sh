@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The go tests of `make test` (make test-go): every package once, in two go
+# The go tests of `make test` (make test-go): every package once, in go
 # test runs that go on at the same time, each TEST_P packages at once:
 #
-#   RACE_PKGS   with -race (the packages with concurrency of their own, and
-#               the libraries and services built on them)
-#   PLAIN_PKGS  without it (the packages whose tests spend their time
-#               waiting on servers and processes)
+#   RACE_PKGS    with -race (the packages with concurrency of their own,
+#                and the libraries and services built on them)
+#   PLAIN_PKGS   without it (the packages whose tests spend their time
+#                waiting on servers and processes)
+#   RACE_SUBSET  a package of PLAIN_PKGS whose top-level tests matching
+#   RACE_RUN     the regexp RACE_RUN run with -race, in a run of their own,
+#                and are skipped (-skip) in the run of PLAIN_PKGS: each test
+#                runs once
 #
-# The Makefile sets both, each list's slowest packages first so that go
+# The Makefile sets them, each list's slowest packages first so that go
 # test starts them first, and README.md ("What runs where") says why each
 # package is where it is. The script fails before any test runs when a
-# package of ./... is in neither list or in both: nothing is dropped.
+# package of ./... is in neither list or in both, and after the runs when
+# RACE_RUN matched no test: nothing is dropped.
 #
 # While the runs go on it prints what a plain go test prints (each
 # package's ok line, the whole output of what fails); at the end, every
@@ -27,7 +32,7 @@ timeout=${TEST_TIMEOUT:-15m}
 out=${TEST_OUT:-bin/test}
 
 mkdir -p "$out"
-rm -f "$out/race.json" "$out/plain.json"
+rm -f "$out/race.json" "$out/plain.json" "$out/race-subset.json"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/quorumlock-gotest.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -44,7 +49,17 @@ if [ -n "$both" ] || [ -n "$none" ]; then
 	[ -z "$none" ] || printf 'gotest: in neither RACE_PKGS nor PLAIN_PKGS (add each to one of them in the Makefile):\n%s\n' "$none" >&2
 	exit 1
 fi
-echo "gotest: $(wc -l <"$tmp/race") packages with -race, $(wc -l <"$tmp/plain") without, $p at a time in each run"
+subset=${RACE_SUBSET:-}
+skip=()
+if [ -n "$subset" ]; then
+	: "${RACE_RUN:?RACE_RUN: the tests of RACE_SUBSET to run with -race}"
+	if ! grep -qxF "$("$GO" list "$subset")" "$tmp/plain"; then
+		echo "gotest: RACE_SUBSET $subset is not in PLAIN_PKGS" >&2
+		exit 1
+	fi
+	skip=(-skip "$RACE_RUN")
+fi
+echo "gotest: $(wc -l <"$tmp/race") packages with -race, $(wc -l <"$tmp/plain") without${subset:+ (and the tests of $subset matching $RACE_RUN with -race)}, $p at a time in each run"
 
 "$GO" build -o "$tmp/testtimes" scripts/testtimes.go
 
@@ -60,20 +75,32 @@ run() {
 }
 
 start=$(date +%s)
+labels=(race plain)
+if [ -n "$subset" ]; then
+	labels=(race-subset race plain)
+	run race-subset -race -run "$RACE_RUN" "$subset" &
+fi
 # shellcheck disable=SC2086
 run race -race $RACE_PKGS &
 # shellcheck disable=SC2086
-run plain $PLAIN_PKGS &
+run plain "${skip[@]}" $PLAIN_PKGS &
 wait
 
-"$tmp/testtimes" -table "$out/race.json" "$out/plain.json" || true
-echo "gotest: both runs ended in $(($(date +%s) - start))s"
+files=()
+for label in "${labels[@]}"; do files+=("$out/$label.json"); done
+"$tmp/testtimes" -table "${files[@]}" || true
+echo "gotest: the runs ended in $(($(date +%s) - start))s"
 status=0
-for label in race plain; do
+for label in "${labels[@]}"; do
 	read -r gotest times <"$tmp/$label.rc"
 	if [ "$gotest" != 0 ] || [ "$times" != 0 ]; then
 		echo "gotest: the $label run failed (go test exit $gotest, testtimes exit $times)" >&2
 		status=1
 	fi
 done
+if [ -n "$subset" ] && ! grep -q '"Action":"pass","Package":"[^"]*","Test":"[^"/]*"' "$out/race-subset.json" &&
+	! grep -q '"Action":"fail","Package":"[^"]*","Test":' "$out/race-subset.json"; then
+	echo "gotest: RACE_RUN $RACE_RUN matched no test of $subset" >&2
+	status=1
+fi
 exit $status
