@@ -235,18 +235,17 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (le *Le
 }
 
 // acquireArgs builds the acquire script's EVALSHA (see acquire.lua), in
-// one allocation: EVALSHA sha numkeys, the keys (and the marker and the
-// uptime proof), then token, TTL (and window, durable) (and the number of
-// lock keys).
+// one allocation: EVALSHA sha numkeys, the keys (and the marker), then
+// token, TTL (and window, durable) (and the number of lock keys).
 func (l *Locker) acquireArgs(tg target, btoken any) []any {
 	n, numkeys := len(tg.boxed), len(tg.boxed)
 	if l.cfg.guard {
-		numkeys += 2
+		numkeys++
 	}
 	args := append(make([]any, 0, 3+numkeys+5), "evalsha", acquireScript.bsha, numkeys)
 	args = append(args, tg.boxed...)
 	if l.cfg.guard {
-		args = append(args, BootMarkerKey, uptimeProofKey)
+		args = append(args, BootMarkerKey)
 	}
 	args = append(args, btoken, l.ttlArg)
 	switch {

@@ -245,7 +245,7 @@ type oneKey struct {
 }
 
 func newTarget(keys []string) (target, error) {
-	if len(keys) == 1 && keys[0] != "" && keys[0] != BootMarkerKey && keys[0] != uptimeProofKey {
+	if len(keys) == 1 && keys[0] != "" && keys[0] != BootMarkerKey {
 		o := &oneKey{keys: [1]string{keys[0]}, boxed: [1]any{keys[0]}}
 		return target{name: keys[0], keys: o.keys[:], boxed: o.boxed[:]}, nil
 	}
@@ -257,8 +257,8 @@ func newTarget(keys []string) (target, error) {
 		return target{}, errors.New("quorum: no key")
 	case ks[0] == "": // sorts first
 		return target{}, errors.New("quorum: empty key")
-	case slices.Contains(ks, BootMarkerKey), slices.Contains(ks, uptimeProofKey):
-		return target{}, fmt.Errorf("quorum: keys %q and %q are reserved for the restart guard", BootMarkerKey, uptimeProofKey)
+	case slices.Contains(ks, BootMarkerKey):
+		return target{}, fmt.Errorf("quorum: key %q is reserved for the restart marker", BootMarkerKey)
 	}
 	t := target{name: strings.Join(ks, ","), keys: ks, boxed: make([]any, len(ks))}
 	for i, k := range ks {

@@ -38,11 +38,6 @@ var (
 // once past the window. It must never be given a TTL or be evicted.
 const BootMarkerKey = "quorumlock:boot"
 
-// uptimeProofKey holds LASTSAVE as a vote of the node's process found it
-// up for the restart window, so that later votes of the same process skip
-// TIME (see acquire.lua). Losing it costs one TIME call.
-const uptimeProofKey = "quorumlock:boot:up"
-
 // TrustNode tells the restart guard that node c has not forgotten any lock
 // key it acknowledged (it is new, or an operator checked its data), so it may
 // vote before its uptime reaches the restart window, until it restarts (the

@@ -3,7 +3,6 @@
 --
 -- KEYS[1..n] lock keys (n = ARGV[5], 1 when ARGV[5] is absent)
 -- KEYS[n+1]  restart marker key (present only when the guard is on)
--- KEYS[n+2]  uptime proof key (optional, with the guard: see below)
 -- ARGV[1]    token
 -- ARGV[2]    lease TTL in milliseconds
 -- ARGV[3]    restart window in milliseconds (guard on only)
@@ -27,39 +26,25 @@
 -- nodes are declared durable, the AOF is on, and the marker survived the
 -- restart (the data was kept). A durable node past the window gets a
 -- marker, so that it can vote at once after a restart that keeps its data.
--- The one number written here is LASTSAVE's seconds (to the proof), an
--- integer far below 2^53 that reads back exactly, on 32-bit builds too.
+-- No number is formatted here, so 32-bit builds behave the same.
 local n = tonumber(ARGV[5]) or 1
-local marker, proof = KEYS[n + 1], KEYS[n + 2]
+local marker = KEYS[n + 1]
 -- The keys are read first: a node that holds one for another owner answers
 -- from it, with no guard check (refusing grants nothing, and our own token
 -- is there only if an earlier run of this attempt passed the guard).
-local free, proven = 0, false
-if proof and n == 1 then
-  -- One key: it and the proof in one call. MGET answers false for a key
-  -- of another type as for an absent one; the SET NX below then sets
-  -- nothing, and the answer is 0.
-  local v = redis.call('MGET', KEYS[1], proof)
-  if v[1] == ARGV[1] then
-    return 1
-  elseif v[1] then
-    return 0
-  end
-  free, proven = 1, v[2]
-else
-  for i = 1, n do
-    local cur = redis.pcall('GET', KEYS[i])
-    if type(cur) == 'table' then
-      if cur.err and string.find(cur.err, 'WRONGTYPE', 1, true) then
-        return 0
-      end
-      return cur
-    end
-    if not cur then
-      free = free + 1
-    elseif cur ~= ARGV[1] then
+local free = 0
+for i = 1, n do
+  local cur = redis.pcall('GET', KEYS[i])
+  if type(cur) == 'table' then
+    if cur.err and string.find(cur.err, 'WRONGTYPE', 1, true) then
       return 0
     end
+    return cur
+  end
+  if not cur then
+    free = free + 1
+  elseif cur ~= ARGV[1] then
+    return 0
   end
 end
 if free == 0 then
@@ -71,57 +56,43 @@ end
 -- never exceeds the uptime. Once it reaches the window the node has been
 -- up for the window and votes; a durable node still needs its marker.
 -- Otherwise the uptime itself decides.
---
--- The proof skips TIME: it holds LASTSAVE as it was when a vote of this
--- process found it up for the window (written below, not for durable
--- nodes). A restarted process starts after that vote, so its LASTSAVE is
--- later; a save moves it on too. A LASTSAVE equal to the proof is this
--- same process with no save since, up for the window then and still.
-local last = marker and redis.call('LASTSAVE')
-if marker and not (proven and ARGV[4] ~= '1' and tonumber(proven) == last) then
-  if (tonumber(redis.call('TIME')[1]) - last - 1) * 1000 < tonumber(ARGV[3])
-      or (ARGV[4] == '1' and redis.call('EXISTS', marker) == 0) then
-    local info = redis.call('INFO', 'server')
-    local at = string.find(info, 'uptime_in_seconds:', 1, true)
-    local up = at and tonumber(string.match(info, '^%d+', at + 18))
-    if up == nil then
-      return redis.error_reply('quorumlock: INFO server has no uptime_in_seconds')
+if marker and ((tonumber(redis.call('TIME')[1]) - redis.call('LASTSAVE') - 1) * 1000 < tonumber(ARGV[3])
+    or (ARGV[4] == '1' and redis.call('EXISTS', marker) == 0)) then
+  local info = redis.call('INFO', 'server')
+  local at = string.find(info, 'uptime_in_seconds:', 1, true)
+  local up = at and tonumber(string.match(info, '^%d+', at + 18))
+  if up == nil then
+    return redis.error_reply('quorumlock: INFO server has no uptime_in_seconds')
+  end
+  local window = tonumber(ARGV[3])
+  local durable = ARGV[4] == '1'
+  -- uptime_in_seconds is a difference of whole seconds: the time actually
+  -- elapsed since the start is more than up - 1 seconds.
+  local safe = (up - 1) * 1000
+  if safe < window or durable then
+    local runid = string.match(info, 'run_id:(%x+)')
+    if runid == nil then
+      return redis.error_reply('quorumlock: INFO server has no run_id')
     end
-    local window = tonumber(ARGV[3])
-    local durable = ARGV[4] == '1'
-    -- uptime_in_seconds is a difference of whole seconds: the time actually
-    -- elapsed since the start is more than up - 1 seconds.
-    local safe = (up - 1) * 1000
-    if safe < window or durable then
-      local runid = string.match(info, 'run_id:(%x+)')
-      if runid == nil then
-        return redis.error_reply('quorumlock: INFO server has no run_id')
+    if safe < window then
+      local m = redis.call('GET', marker)
+      local trusted = m == runid
+      if not trusted and durable and m then
+        local p = redis.call('INFO', 'persistence')
+        trusted = string.find(p, 'aof_enabled:1', 1, true) ~= nil
       end
-      if safe < window then
-        local m = redis.call('GET', marker)
-        local trusted = m == runid
-        if not trusted and durable and m then
-          local p = redis.call('INFO', 'persistence')
-          trusted = string.find(p, 'aof_enabled:1', 1, true) ~= nil
-        end
-        if not trusted then
-          return -(window - safe)
-        end
-      elseif redis.call('EXISTS', marker) == 0 then
-        redis.call('SET', marker, runid)
+      if not trusted then
+        return -(window - safe)
       end
+    elseif redis.call('EXISTS', marker) == 0 then
+      redis.call('SET', marker, runid)
     end
-  elseif proof and ARGV[4] ~= '1' then
-    redis.call('SET', proof, last)
   end
 end
 -- redis.call, not pcall: a refused write (OOM, MISCONF, READONLY, ...)
 -- raises, so the node counts as failed, never as a vote. NX keeps a key
--- already ours as it is (a retry does not refresh its TTL). One key read
--- by MGET that NX does not set is of another type: nothing was written.
+-- already ours as it is (a retry does not refresh its TTL).
 for i = 1, n do
-  if not redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) and n == 1 then
-    return 0
-  end
+  redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2])
 end
 return 1
