@@ -61,18 +61,27 @@ type acquirer struct {
 	n        int     // attempts made
 	wakeups  int     // waits a release announcement ended
 	wt       *waiter // set once the key was found held, or others wait
+	// pick, when set, makes an attempt in place of the vote on tg: a
+	// semaphore's choice of a free permit. Its waiter then waits for any
+	// of tg's keys, not all of them (see waiter.anyOf).
+	pick func(ctx context.Context, contended bool) (*Lease, bool, error)
 }
 
 // lock makes up to attempts attempts within maxWait (0: no limit).
 func (l *Locker) lock(ctx context.Context, keys []string, attempts int, maxWait time.Duration) (*Lease, error) {
 	tg, err := newTarget(keys)
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
-	case l.closed.Load():
-		return nil, fmt.Errorf("quorum: lock %q: %w", tg.name, lease.ErrClosed)
 	}
-	a := &acquirer{l: l, tg: tg, attempts: attempts, start: time.Now()}
+	return l.acquire(ctx, &acquirer{l: l, tg: tg, attempts: attempts}, maxWait)
+}
+
+// acquire runs a within maxWait (0: no limit) and tells the Observer.
+func (l *Locker) acquire(ctx context.Context, a *acquirer, maxWait time.Duration) (*Lease, error) {
+	if l.closed.Load() {
+		return nil, fmt.Errorf("quorum: lock %q: %w", a.tg.name, lease.ErrClosed)
+	}
+	a.start = time.Now()
 	if maxWait > 0 {
 		a.deadline = a.start.Add(maxWait)
 	}
@@ -82,14 +91,14 @@ func (l *Locker) lock(ctx context.Context, keys []string, attempts int, maxWait 
 		}
 	}()
 	le, err := a.run(ctx)
-	l.cfg.observer.ObserveAcquire(lease.AcquireEvent{Key: tg.name, Attempts: a.n, Wakeups: a.wakeups,
+	l.cfg.observer.ObserveAcquire(lease.AcquireEvent{Key: a.tg.name, Attempts: a.n, Wakeups: a.wakeups,
 		Duration: time.Since(a.start), Result: resultOf(err), Err: err})
 	return le, err
 }
 
 func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 	if a.attempts != 1 { // queue behind this Locker's waiters, not overtake them
-		if a.wt = a.l.wk.join(a.tg.keys, true); a.wt != nil && !a.wait(ctx, a.backoff(0)) {
+		if a.wt = a.l.wk.join(a.tg.keys, true, a.pick != nil); a.wt != nil && !a.wait(ctx, a.backoff(0)) {
 			return nil, a.ctxError(ctx)
 		}
 	}
@@ -107,7 +116,7 @@ func (a *acquirer) run(ctx context.Context) (*Lease, error) {
 			return nil, a.gaveUp(err)
 		}
 		if a.wt == nil && errors.Is(err, lease.ErrNotAcquired) {
-			a.wt = a.l.wk.join(a.tg.keys, false) // be told when it is released
+			a.wt = a.l.wk.join(a.tg.keys, false, a.pick != nil) // be told when it is released
 		}
 		if !a.pause(ctx) {
 			return nil, a.gaveUp(err)
@@ -127,6 +136,9 @@ func (a *acquirer) try(ctx context.Context) (*Lease, bool, error) {
 	}
 	a.n++
 	a.l.wk.attempting(a.wt)
+	if a.pick != nil {
+		return a.pick(ctx, a.wt != nil)
+	}
 	return a.l.attempt(ctx, a.tg, a.wt != nil)
 }
 
@@ -221,7 +233,7 @@ func (l *Locker) attempt(ctx context.Context, tg target, contended bool) (le *Le
 			// Armed once handed out (after the Fencer): unused, it reports no loss.
 			le = &Lease{l: l, target: tg, token: token, btoken: btoken, start: start, until: until,
 				acqDeadline: c.req.deadline, fast: contended, lost: make(chan struct{}), moved: make(chan struct{}, 1)}
-			if l.cfg.fencer != nil {
+			if l.cfg.fencer != nil && tg.fenced() > 0 {
 				return l.fence(ctx, le, c)
 			}
 			le.arm()
@@ -266,7 +278,7 @@ func (l *Locker) fence(ctx context.Context, le *Lease, c *call) (*Lease, bool, e
 	fctx, cancel := context.WithDeadline(ctx, le.until)
 	fences := make([]int64, len(le.keys))
 	var err error
-	for i := 0; i < len(fences) && err == nil; i++ {
+	for i := 0; i < le.fenced() && err == nil; i++ {
 		fences[i], err = l.cfg.fencer.Next(fctx, le.keys[i])
 	}
 	cancel()

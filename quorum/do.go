@@ -31,7 +31,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 
 // DoMulti is Do on a multi-key lease (see LockMulti): the watchdog extends
 // every key at once; a key gone from a majority of nodes loses the lease.
-func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, le lease.Lease) error) (err error) {
+func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, le lease.Lease) error) error {
 	if fn == nil {
 		return errors.New("quorum: Do: fn is nil")
 	}
@@ -39,6 +39,11 @@ func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context
 	if err != nil {
 		return err
 	}
+	return l.run(ctx, le, fn)
+}
+
+// run runs fn while a keepalive holds le, then releases le (see Do).
+func (l *Locker) run(ctx context.Context, le *Lease, fn func(ctx context.Context, le lease.Lease) error) (err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	ka := l.keepAlive(ctx, le, cancel)
 	defer func() {

@@ -45,10 +45,13 @@ const (
 	OpAcquire Op = iota + 1
 	OpExtend
 	OpRelease
+	// OpRead reads the nodes without writing a lease: a semaphore's look
+	// at its free permits, its permit count check.
+	OpRead
 )
 
-// String returns "acquire", "extend" or "release".
-func (o Op) String() string { return name(o, "acquire", "extend", "release") }
+// String returns "acquire", "extend", "release" or "read".
+func (o Op) String() string { return name(o, "acquire", "extend", "release", "read") }
 
 // QuorumError describes an operation that did not get what it needed from the
 // nodes. errors.Is matches its sentinel (lease.ErrNotAcquired,

@@ -11,12 +11,15 @@ var (
 	ReleaseSource  = releaseSrc
 	ExtendSource   = extendSrc
 	HandoverSource = handoverSrc
+	PeekSource     = peekSrc
+	PermitsSource  = permitsSrc
 )
 
 // Script names by the SHA-1 an EVALSHA of it carries.
 var ScriptNames = map[string]string{
 	acquireScript.bsha.(string): "acquire", extendScript.bsha.(string): "extend",
 	releaseScript.bsha.(string): "release", handoverScript.bsha.(string): "handover",
+	peekScript.bsha.(string): "peek", permitsScript.bsha.(string): "permits",
 }
 
 // MaxHandovers is maxHandovers.

@@ -233,9 +233,30 @@ func (s *luaScript) evalsha(keys []any, argv ...any) []any {
 
 // target is what a lease locks: its keys, sorted and distinct, all or nothing.
 type target struct {
-	name  string   // the key, or the keys joined by "," (the Observer's, the errors')
-	keys  []string // sorted, distinct
-	boxed []any    // the keys boxed once, for every request's arguments
+	name  string      // the key, or the keys joined by "," (the Observer's, the errors')
+	keys  []string    // sorted, distinct
+	boxed []any       // the keys boxed once, for every request's arguments
+	fence fencePolicy // which keys the Fencer gives a fence (the zero value: all)
+}
+
+// fencePolicy says which keys of a target get a fence from the Fencer.
+type fencePolicy uint8
+
+const (
+	fenceAll   fencePolicy = iota // every key (a lock)
+	fenceFirst                    // the first key only (a write lock: its name, not its readers' permits)
+	fenceNone                     // none (a read lock: readers do not exclude one another)
+)
+
+// fenced returns how many keys, from the first, get a fence.
+func (t target) fenced() int {
+	switch t.fence {
+	case fenceFirst:
+		return 1
+	case fenceNone:
+		return 0
+	}
+	return len(t.keys)
 }
 
 // oneKey holds a one-key target's slices, in one allocation.

@@ -80,7 +80,7 @@ func (l *Locker) accept(ctx context.Context, o offer) (*Lease, bool, error) {
 		reason := fmt.Sprintf("the hand-over reached the waiter after its validity ran out (%v)", time.Since(o.le.start).Round(time.Microsecond))
 		return nil, true, l.quorumError(OpAcquire, o.le.name, t, reason, lease.ErrQuorumUnavailable)
 	}
-	if l.cfg.fencer != nil {
+	if l.cfg.fencer != nil && o.le.fenced() > 0 {
 		return l.fence(ctx, o.le, o.c)
 	}
 	o.le.arm()

@@ -24,13 +24,19 @@ var (
 	extendSrc string
 	//go:embed scripts/handover.lua
 	handoverSrc string
+	//go:embed scripts/peek.lua
+	peekSrc string
+	//go:embed scripts/permits.lua
+	permitsSrc string
 
 	acquireScript  = newLuaScript(acquireSrc)
 	extendScript   = newLuaScript(extendSrc)
 	releaseScript  = newLuaScript(releaseSrc)
 	handoverScript = newLuaScript(handoverSrc)
+	peekScript     = newLuaScript(peekSrc)
+	permitsScript  = newLuaScript(permitsSrc)
 	// allScripts are the scripts a node is loaded with (see nodeWorker.load).
-	allScripts = [...]*luaScript{acquireScript, extendScript, releaseScript, handoverScript}
+	allScripts = [...]*luaScript{acquireScript, extendScript, releaseScript, handoverScript, peekScript, permitsScript}
 )
 
 // BootMarkerKey is the key of the restart marker on every node: the run_id

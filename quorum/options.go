@@ -15,6 +15,7 @@ const (
 	DefaultMaxWait     = 10 * time.Second
 	DefaultBaseDelay   = 10 * time.Millisecond
 	DefaultMaxDelay    = 500 * time.Millisecond
+	DefaultMaxReaders  = 64 // a read-write lock's concurrent readers (WithMaxReaders)
 
 	maxDefaultNodeTimeout = 250 * time.Millisecond // caps the default TTL/10
 )
@@ -41,6 +42,7 @@ type config struct {
 	observer lease.Observer
 	guard    bool
 	durable  bool
+	readers  int
 }
 
 func defaultConfig() config {
@@ -51,6 +53,7 @@ func defaultConfig() config {
 		maxWait:  DefaultMaxWait,
 		observer: lease.NopObserver{},
 		guard:    true,
+		readers:  DefaultMaxReaders,
 	}
 }
 
@@ -130,6 +133,20 @@ func WithWatchdogInterval(d time.Duration) Option {
 // watchdog could not extend the lease. Default TTL/10; see WithWatchdogInterval.
 func WithSafetyMargin(d time.Duration) Option {
 	return func(c *config) error { c.margin, c.marginSet = d, true; return nil }
+}
+
+// WithMaxReaders sets how many readers a read-write lock admits at once
+// (1 to MaxPermits; default DefaultMaxReaders): each reader holds one of
+// that many read permits, and a writer takes them all in one vote. Every
+// Locker on a lock must agree (RWLock reports a mismatch).
+func WithMaxReaders(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxPermits {
+			return fmt.Errorf("max readers must be 1 to %d, got %d", MaxPermits, n)
+		}
+		c.readers = n
+		return nil
+	}
 }
 
 // leaseEnd is the end of a lease whose vote (or extension) started at start.

@@ -39,6 +39,7 @@ type waiter struct {
 	offers   chan offer // capacity 1: a lease handed over to it (see handover)
 	reserved bool       // under mu: an Unlock is handing the keys over to it
 	gone     bool       // under mu: unregistered; it takes no more offers
+	anyOf    bool       // it waits for any one of its keys (a semaphore's permits): no hand-over
 }
 
 // signal sends on a channel of capacity 1 unless a signal is pending.
@@ -49,20 +50,22 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// join queues a waiter for keys, or returns nil: with behind, only behind
-// others waiting for one of them. It joins every key's queue at once, so the
-// queues agree on which waiter is older; a key's first waiter subscribes to it.
-func (w *waker) join(keys []string, behind bool) *waiter {
+// join queues a waiter for keys (with anyOf, for any one of them), or returns
+// nil: with behind, only behind others of its kind waiting for one of them.
+// It joins every key's queue at once, so the queues agree on which waiter is
+// older; a key's first waiter subscribes to it. The two kinds (lock waiters,
+// a semaphore's) take turns apart: each kind's oldest is its front.
+func (w *waker) join(keys []string, behind, anyOf bool) *waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	waited := slices.ContainsFunc(keys, func(k string) bool { return len(w.keys[k]) > 0 })
+	waited := slices.ContainsFunc(keys, func(k string) bool { return firstOf(w.keys[k], anyOf) != nil })
 	if w.l.closed.Load() || (behind && !waited) {
 		return nil
 	}
 	if w.subs == nil {
 		w.open()
 	}
-	wt := &waiter{keys: keys, wake: make(chan struct{}, 1), offers: make(chan offer, 1)}
+	wt := &waiter{keys: keys, wake: make(chan struct{}, 1), offers: make(chan offer, 1), anyOf: anyOf}
 	for _, k := range keys {
 		if len(w.keys[k]) == 0 {
 			w.kickSync()
@@ -85,11 +88,21 @@ func (w *waker) kickSync() {
 // the oldest waiter of each of its keys, no hand-over to it is under way,
 // and no lease of this Locker holds one of its keys (an attempt could only
 // be refused; its Unlock wakes the waiter or hands the keys over, and a
-// lease lost without one lets the backoff run on).
+// lease lost without one lets the backoff run on). A waiter for any one of
+// its keys is refused only while this Locker holds them all.
 func (w *waker) due(wt *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return !wt.reserved && w.frontLocked(wt) && !slices.ContainsFunc(wt.keys, func(k string) bool { return w.held[k] > 0 })
+	heldHere := func(k string) bool { return w.held[k] > 0 }
+	if wt.anyOf {
+		return !wt.reserved && w.frontLocked(wt) && !all(wt.keys, heldHere)
+	}
+	return !wt.reserved && w.frontLocked(wt) && !slices.ContainsFunc(wt.keys, heldHere)
+}
+
+// all reports whether f holds for every element of s.
+func all(s []string, f func(string) bool) bool {
+	return !slices.ContainsFunc(s, func(k string) bool { return !f(k) })
 }
 
 // hold records that a lease of this Locker holds keys.
@@ -112,10 +125,21 @@ func (w *waker) unhold(keys []string) {
 	}
 }
 
-// frontLocked is front with w.mu held.
+// frontLocked reports, with w.mu held, whether wt is the oldest waiter of
+// its kind for each of its keys.
 func (w *waker) frontLocked(wt *waiter) bool {
-	behind := func(k string) bool { return len(w.keys[k]) == 0 || w.keys[k][0] != wt }
+	behind := func(k string) bool { return firstOf(w.keys[k], wt.anyOf) != wt }
 	return !slices.ContainsFunc(wt.keys, behind)
+}
+
+// firstOf returns the oldest waiter of q of the kind anyOf, or nil.
+func firstOf(q []*waiter, anyOf bool) *waiter {
+	for _, wt := range q {
+		if wt.anyOf == anyOf {
+			return wt
+		}
+	}
+	return nil
 }
 
 // reserve returns the oldest waiter for exactly keys, reserved for a
@@ -123,12 +147,8 @@ func (w *waker) frontLocked(wt *waiter) bool {
 func (w *waker) reserve(keys []string) *waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q := w.keys[keys[0]]
-	if len(q) == 0 {
-		return nil
-	}
-	wt := q[0]
-	if wt.reserved || len(wt.offers) > 0 || !slices.Equal(wt.keys, keys) || !w.frontLocked(wt) {
+	wt := firstOf(w.keys[keys[0]], false)
+	if wt == nil || wt.reserved || len(wt.offers) > 0 || !slices.Equal(wt.keys, keys) || !w.frontLocked(wt) {
 		return nil
 	}
 	wt.reserved = true
@@ -177,14 +197,15 @@ func (w *waker) unregister(wt *waiter) (offer, bool) {
 		if i < 0 { // never: only unregister removes a waiter, once
 			continue
 		}
+		first := firstOf(q, wt.anyOf) == wt
 		q = slices.Delete(q, i, i+1)
-		if i == 0 && len(q) > 0 {
+		if next := firstOf(q, wt.anyOf); first && next != nil {
 			// What the oldest heard, and a wake-up it did not use, pass to
 			// the next, or a release it was told of would go unused.
-			q[0].heard |= wt.heard
-			q[0].extra += wt.extra
+			next.heard |= wt.heard
+			next.extra += wt.extra
 			if len(wt.wake) > 0 {
-				signal(q[0].wake)
+				signal(next.wake)
 			}
 		}
 		w.keys[k] = q
@@ -265,31 +286,35 @@ func absent(a, b map[string]bool) []string {
 	return ks
 }
 
-// announced records node's announcement, waking key's oldest waiter on a majority.
+// announced records node's announcement, waking key's oldest waiter of each
+// kind on a majority.
 func (w *waker) announced(key string, node int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q := w.keys[key]
-	if len(q) == 0 {
-		return
-	}
-	wt := q[0]
-	if node < 64 {
-		wt.heard |= 1 << uint(node)
-	} else {
-		wt.extra++
-	}
-	if bits.OnesCount64(wt.heard)+wt.extra >= w.l.quorum {
-		signal(wt.wake)
+	for _, anyOf := range [2]bool{false, true} {
+		wt := firstOf(w.keys[key], anyOf)
+		if wt == nil {
+			continue
+		}
+		if node < 64 {
+			wt.heard |= 1 << uint(node)
+		} else {
+			wt.extra++
+		}
+		if bits.OnesCount64(wt.heard)+wt.extra >= w.l.quorum {
+			signal(wt.wake)
+		}
 	}
 }
 
-// released wakes the oldest waiter of key, which this Locker released.
+// released wakes the oldest waiter of each kind of key, which this Locker released.
 func (w *waker) released(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if q := w.keys[key]; len(q) > 0 {
-		signal(q[0].wake)
+	for _, anyOf := range [2]bool{false, true} {
+		if wt := firstOf(w.keys[key], anyOf); wt != nil {
+			signal(wt.wake)
+		}
 	}
 }
 
