@@ -39,6 +39,9 @@ var (
 	allScripts = [...]*luaScript{acquireScript, extendScript, releaseScript, handoverScript, peekScript, permitsScript}
 )
 
+// The Locker implements the primitives beyond the mutex too.
+var _ lease.Primitives = (*Locker)(nil)
+
 // BootMarkerKey is the key of the restart marker on every node: the run_id
 // of the process TrustNode vouched for or (WithDurableNodes) that first voted
 // once past the window. It must never be given a TTL or be evicted.
