@@ -34,6 +34,8 @@ type holder struct {
 	// MinPTTLMS is the shortest PTTL among those nodes: the key is held by
 	// a majority for at most that long, unless the holder extends it.
 	MinPTTLMS int64 `json:"min_pttl_ms"`
+
+	value string // the token itself: compared, never printed
 }
 
 // inspectReport is the output of inspect.
@@ -76,23 +78,8 @@ func (a *app) inspect(ctx context.Context, s settings, key string) error {
 		wg.Go(func() { rep.Nodes[i] = readKey(ctx, c, key, s.timeout) })
 	}
 	wg.Wait()
-	count := map[string]int{}
-	for _, n := range rep.Nodes {
-		if n.Present && n.Error == "" {
-			count[n.value]++
-		}
-	}
-	for val, c := range count {
-		if c >= rep.Majority {
-			h := &holder{TokenDigest: digest(val), Nodes: c, MinPTTLMS: -1}
-			for _, n := range rep.Nodes {
-				if n.value == val && n.PTTLMS >= 0 && (h.MinPTTLMS < 0 || n.PTTLMS < h.MinPTTLMS) {
-					h.MinPTTLMS = n.PTTLMS
-				}
-			}
-			rep.Held, rep.Holder = true, h
-		}
-	}
+	rep.Holder = majorityHolder(rep.Nodes, rep.Majority)
+	rep.Held = rep.Holder != nil
 	if s.json {
 		return a.writeJSON(rep)
 	}
@@ -121,15 +108,69 @@ func (a *app) inspect(ctx context.Context, s settings, key string) error {
 	return nil
 }
 
+// majorityHolder returns the value that at least majority of nodes hold,
+// with the shortest PTTL among them, or nil when no value has a majority.
+func majorityHolder(nodes []keyOnNode, majority int) *holder {
+	count := map[string]int{}
+	for _, n := range nodes {
+		if n.Present && n.Error == "" {
+			count[n.value]++
+		}
+	}
+	for val, c := range count {
+		if c < majority {
+			continue
+		}
+		h := &holder{TokenDigest: digest(val), Nodes: c, MinPTTLMS: -1, value: val}
+		for _, n := range nodes {
+			if n.value == val && n.PTTLMS >= 0 && (h.MinPTTLMS < 0 || n.PTTLMS < h.MinPTTLMS) {
+				h.MinPTTLMS = n.PTTLMS
+			}
+		}
+		return h
+	}
+	return nil
+}
+
 // readKey reads key's value and PTTL on one master.
 func readKey(ctx context.Context, c *redis.Client, key string, timeout time.Duration) keyOnNode {
-	n := keyOnNode{Addr: c.Options().Addr, PTTLMS: -2}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pipe := c.Pipeline()
-	get := pipe.Get(ctx, key)
-	pttl := pipe.PTTL(ctx, key)
-	_, _ = pipe.Exec(ctx) // each command's error is read below
+	r := queueKeys(ctx, pipe, []string{key})
+	_, _ = pipe.Exec(ctx) // each command's error is read by results
+	return r.results(c.Options().Addr)[0]
+}
+
+// keyReads are the GET and PTTL of keys queued on a pipeline.
+type keyReads struct {
+	gets  []*redis.StringCmd
+	pttls []*redis.DurationCmd
+}
+
+// queueKeys queues a GET and a PTTL of each key on pipe.
+func queueKeys(ctx context.Context, pipe redis.Pipeliner, keys []string) keyReads {
+	r := keyReads{gets: make([]*redis.StringCmd, len(keys)), pttls: make([]*redis.DurationCmd, len(keys))}
+	for i, k := range keys {
+		r.gets[i] = pipe.Get(ctx, k)
+		r.pttls[i] = pipe.PTTL(ctx, k)
+	}
+	return r
+}
+
+// results are the keys as the master at addr answered, once the pipeline
+// ran: a key whose PTTL failed is unreachable there.
+func (r keyReads) results(addr string) []keyOnNode {
+	out := make([]keyOnNode, len(r.gets))
+	for i := range out {
+		out[i] = keyResult(addr, r.gets[i], r.pttls[i])
+	}
+	return out
+}
+
+// keyResult is a key on the master at addr, from its GET and PTTL.
+func keyResult(addr string, get *redis.StringCmd, pttl *redis.DurationCmd) keyOnNode {
+	n := keyOnNode{Addr: addr, PTTLMS: -2}
 	if err := pttl.Err(); err != nil {
 		n.Error = err.Error()
 		return n

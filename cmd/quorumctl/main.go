@@ -18,6 +18,9 @@
 //	quorumctl inspect KEY        the value digest and PTTL of KEY on every node, and its majority holder
 //	quorumctl lock KEY [--ttl D] [--hold D] [--wait D]   take KEY through quorum.Locker
 //	quorumctl unlock KEY --token T   compare-and-delete KEY on every node
+//	quorumctl semaphore NAME [--release I --token T]   a semaphore's count and permit holders; release a permit
+//	quorumctl rwlock NAME [--release-writer | --release-reader I] [--token T]   a read-write lock's writer, waiting writer, readers
+//	quorumctl election NAME [--resign --token T]   an election's leader lease, leader record, last leaders
 //	quorumctl fence KEY          the current fence of KEY in fence_counters
 //	quorumctl invariants         run store.CheckInvariants once; exit status 1 on a violation
 //
@@ -110,9 +113,10 @@ func (a *app) rootCmd() *cobra.Command {
 		Use:   "quorumctl",
 		Short: "Inspect a running quorumlock deployment",
 		Long: `quorumctl answers an on-call engineer's questions about a running
-quorumlock deployment (status, inspect, lock, unlock, fence, invariants) and
-vouches for brand-new Redis masters to the lock's restart guard (trust). The
-test bed and the seed demo are quorumbed's (go run ./devtools/cmd/quorumbed).
+quorumlock deployment (status, inspect, lock, unlock, semaphore, rwlock,
+election, fence, invariants) and vouches for brand-new Redis masters to the
+lock's restart guard (trust). The test bed and the seed demo are quorumbed's
+(go run ./devtools/cmd/quorumbed).
 
 The operator commands read ordersd's configuration: ORDERS_REDIS_ADDRS,
 ORDERS_DATABASE_URL (or ORDERS_DATABASE_URL_FILE), ORDERS_REDIS_USERNAME,
@@ -124,7 +128,8 @@ printed only by 'lock --hold 0', once.`,
 	}
 	cli.SetupRoot(root, a.stdin, a.stdout, a.stderr)
 	root.AddCommand(movedCmd("demo"), movedCmd("bed"), a.trustCmd(),
-		a.statusCmd(), a.inspectCmd(), a.lockCmd(), a.unlockCmd(), a.fenceCmd(), a.invariantsCmd())
+		a.statusCmd(), a.inspectCmd(), a.lockCmd(), a.unlockCmd(),
+		a.semaphoreCmd(), a.rwlockCmd(), a.electionCmd(), a.fenceCmd(), a.invariantsCmd())
 	return root
 }
 
