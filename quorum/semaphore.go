@@ -21,7 +21,8 @@ func PermitKey(name string, i int) string { return name + ":permit:" + strconv.I
 
 // PermitCountKey returns the key on every node that records the permit
 // count of the semaphore name. It has no TTL: the count is fixed for the
-// name until an operator deletes the key (quorumctl).
+// name until an operator deletes it on every node, once no permit is held
+// (quorumctl semaphore NAME shows the count and the holders).
 func PermitCountKey(name string) string { return name + ":permits" }
 
 // Semaphore admits at most Permits holders at once. Permit i is a lease on
