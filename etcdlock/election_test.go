@@ -24,6 +24,7 @@ func TestElection(t *testing.T) {
 	t.Run("LostBeforeNextLeader", func(t *testing.T) { testElectLostBeforeNext(t, bed, admin) })
 	t.Run("FencerTerm", func(t *testing.T) { testElectFencerTerm(t, bed) })
 	t.Run("CampaignGivesUp", func(t *testing.T) { testElectGivesUp(t, bed, admin) })
+	t.Run("ObserveEndsAtClose", func(t *testing.T) { testElectObserveEnds(t, bed) })
 }
 
 // newElection returns l's candidate in the election name.
@@ -260,5 +261,18 @@ func testElectGivesUp(t *testing.T, bed *testbed.Bed, admin *clientv3.Client) {
 	}
 	if n := countKeys(t, admin, "quorumlock/giveup/"); n != 0 {
 		t.Fatalf("%d candidacies after the leader left", n)
+	}
+}
+
+// Observe ends, and closes its channel, when its Locker closes.
+func testElectObserveEnds(t *testing.T, bed *testbed.Bed) {
+	l := newLocker(t, bed, etcdlock.WithTTL(sessionTTL))
+	obs := &observer{ch: newElection(t, l, "closing").Observe(context.Background()), cancel: func() {}}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	obs.close(t)
+	if _, err := newElection(t, l, "closing").Campaign(ctxT(t), "late"); !errors.Is(err, lease.ErrClosed) {
+		t.Fatalf("Campaign on a closed Locker: %v, want ErrClosed", err)
 	}
 }

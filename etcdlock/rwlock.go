@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,7 +34,7 @@ type RWLock struct {
 // primitive's: do not use it for a lock, a semaphore or an election too.
 func (l *Locker) RWLock(name string) (lease.RWLock, error) {
 	if name == "" {
-		return nil, fmt.Errorf("etcdlock: read-write lock: empty name")
+		return nil, errors.New("etcdlock: read-write lock: empty name")
 	}
 	pfx := l.cfg.prefix + name + "/"
 	return &RWLock{l: l, name: name, pfx: pfx, writers: pfx + "w/"}, nil

@@ -30,6 +30,7 @@ func TestSemaphore(t *testing.T) {
 	t.Run("PermitLease", func(t *testing.T) { testSemPermitLease(t, bed, admin) })
 	t.Run("Fencer", func(t *testing.T) { testSemFencer(t, bed) })
 	t.Run("Do", func(t *testing.T) { testSemDo(t, bed, admin) })
+	t.Run("ManyPermits", func(t *testing.T) { testSemMany(t, bed) })
 }
 
 // newSem returns l's semaphore name with permits permits.
@@ -42,11 +43,11 @@ func newSem(t *testing.T, l *etcdlock.Locker, name string, permits int) lease.Se
 	return sm
 }
 
-// 12 callers on 3 Lockers, 3 rounds each, through Acquire and Do, on 3
+// 12 callers on 3 Lockers, 5 rounds each, through Acquire and Do, on 3
 // permits: never more than 3 hold at once (by the callers' count and by
 // etcd's slot keys), and each slot's fences grow from holder to holder.
 func testSemNeverOverAdmits(t *testing.T, bed *testbed.Bed, admin *clientv3.Client) {
-	const permits, callers, rounds = 3, 12, 3
+	const permits, callers, rounds = 3, 12, 5
 	var inUse, peak atomic.Int64
 	var mu sync.Mutex
 	fences := map[string][]int64{} // per slot, in grant order
@@ -169,6 +170,10 @@ func testSemTryWhenFull(t *testing.T, bed *testbed.Bed, admin *clientv3.Client) 
 	if _, err := newSem(t, b, "full", 2).TryAcquire(ctxT(t)); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("TryAcquire with both permits held: %v, want ErrNotAcquired", err)
 	}
+	short := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(200*time.Millisecond))
+	if _, err := newSem(t, short, "full", 2).Acquire(ctxT(t)); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("Acquire past the maximum wait: %v, want ErrNotAcquired", err)
+	}
 	if p1.Key() == p2.Key() {
 		t.Fatalf("both permits are %s", p1.Key())
 	}
@@ -188,13 +193,19 @@ func testSemTryWhenFull(t *testing.T, bed *testbed.Bed, admin *clientv3.Client) 
 
 // One permit held on Locker a; three Acquire calls on Locker b queue in
 // order, and are granted in that order as each releases. A TryAcquire of
-// b does not pass them.
+// b does not pass them; a waiter that gives up leaves the line.
 func testSemWaitersFIFO(t *testing.T, bed *testbed.Bed) {
 	a := newLocker(t, bed, etcdlock.WithTTL(sessionTTL))
 	b := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(time.Minute))
 	held, err := newSem(t, a, "fifo", 1).TryAcquire(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := newSem(t, b, "fifo", 1).Acquire(shortCtx(t)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with a short context: %v, want its deadline", err)
+	}
+	if n := etcdlock.Waiting(b, "fifo"); n != 0 {
+		t.Fatalf("%d waiters in line after the only one gave up", n)
 	}
 	var waiters []<-chan got
 	for i := range 3 {
@@ -297,5 +308,38 @@ func testSemDo(t *testing.T, bed *testbed.Bed, admin *clientv3.Client) {
 	}
 	if err := sm.Do(ctxT(t), nil); err == nil {
 		t.Fatal("Do with a nil fn was accepted")
+	}
+}
+
+// 40 permits, more than one transaction tries: 40 TryAcquire calls get 40
+// slots, the 41st none; a released slot goes to the next Acquire.
+func testSemMany(t *testing.T, bed *testbed.Bed) {
+	const permits = 40
+	l := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(time.Minute))
+	sm := newSem(t, l, "many", permits)
+	keys := map[string]lease.Lease{}
+	for range permits {
+		p, err := sm.TryAcquire(ctxT(t))
+		if err != nil {
+			t.Fatalf("permit %d of %d: %v", len(keys)+1, permits, err)
+		}
+		if keys[p.Key()] != nil {
+			t.Fatalf("slot %s handed out twice", p.Key())
+		}
+		keys[p.Key()] = p
+	}
+	if _, err := sm.TryAcquire(ctxT(t)); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("permit %d of %d: %v, want ErrNotAcquired", permits+1, permits, err)
+	}
+	next := later(t, sm.Acquire)
+	freed := keys["many/slot/17"]
+	if err := freed.Unlock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if p := await(t, next, 10*time.Second); p.Key() != freed.Key() {
+		t.Fatalf("the waiter got %s, the free slot is %s", p.Key(), freed.Key())
+	}
+	for _, p := range keys {
+		_ = p.Unlock(ctxT(t))
 	}
 }
