@@ -21,11 +21,17 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 }
 
 // DoMulti is Do on a multi-key lease (see LockMulti).
-func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, le lease.Lease) error) (err error) {
+func (l *Locker) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context, le lease.Lease) error) error {
+	return l.do(ctx, fn, func() (*Lease, error) { return l.lock(ctx, keys, true) })
+}
+
+// do runs fn under the lease that acquire takes, as Do says; the
+// primitives' Do methods run on it too.
+func (l *Locker) do(ctx context.Context, fn func(ctx context.Context, le lease.Lease) error, acquire func() (*Lease, error)) (err error) {
 	if fn == nil {
 		return errors.New("etcdlock: Do: fn is nil")
 	}
-	le, err := l.lock(ctx, keys, true)
+	le, err := acquire()
 	if err != nil {
 		return err
 	}

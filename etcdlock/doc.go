@@ -2,7 +2,9 @@
 // as package quorum does on Redis: Lock, TryLock, LockMulti, Unlock, Extend,
 // Do, Lost, Until and Fence, and errors that match lease's sentinels
 // (errors.Is(err, lease.ErrNotAcquired), ...). It is the consensus side of the choice the
-// README's "Choosing a backend" describes.
+// README's "Choosing a backend" describes. Beyond the mutex it builds
+// lease.Primitives: a semaphore, a read-write lock and an election, whose
+// permits, holds and leaderships are Leases of the same session.
 //
 // The recipe is etcd's own (go.etcd.io/etcd/client/v3/concurrency): every
 // waiter puts a key under the lock's prefix, attached to its session's
@@ -81,4 +83,62 @@
 // waits in a cycle, and a call that fails releases what it took. Unlike
 // quorum's multi-key lease a caller does hold its first keys while it waits
 // for the next.
+//
+// # Primitives
+//
+// The semaphore, the read-write lock and the election put their keys under
+// the prefix like locks, attached to the Locker's session: a permit, a
+// hold or a leadership is a Lease of that session, with its Until,
+// Extend, Lost, Unlock and Do, lost when the session ends. A name is one
+// primitive's: a lock, a semaphore, a read-write lock and an election of
+// one name would share keys.
+//
+// A semaphore's permits are slots: permit i is the key name + "/slot/" +
+// i, and a holder takes a free slot in one transaction that tries up to 16
+// free slots, each only if its key does not exist (from a random one on,
+// to spread the claims), and only if the stored count is the handle's.
+// Never more than the count are held: the claim of a slot is atomic, and
+// there are count slots. Slots, and not the approach of Apache Curator's
+// semaphore (anonymous lease nodes, counted after they are made, under a
+// lock that orders the makers), for two reasons: a fence per permit needs
+// a permit to have an identity, so that a write fenced with slot i's fence
+// is rejected once another holder took slot i, while anonymous leases have
+// nothing for a fence to follow; and etcd's transaction makes "take slot i
+// if free" one atomic step, in one round trip, with neither a lock nor a
+// count that a crash between creating and counting leaves wrong. A
+// permit's fence is its slot key's create revision (the revision of the
+// claim), or the Fencer's token on its Key. A waiter watches the slots for
+// a release; one Locker's waiters stand in a line, and only the oldest
+// tries, so a younger one of that Locker does not take a freed permit
+// while an older one waits (waiters of different Lockers race). The
+// count is stored beside the slots; a handle with another count fails
+// while any permit is held, and replaces the count when none is.
+//
+// A read-write lock orders its readers and writers by their keys' create
+// revisions, as the mutex recipe orders its waiters: a reader holds once no
+// writer's key is older than its own, a writer once no key at all is. A
+// writer that waits thus stops every reader that comes after it (writer
+// preference), and a stream of readers cannot starve it. Every key is
+// unique (the session's lease id and a sequence number), so the calls of
+// one Locker need no turns. A reader's Fence is 0: readers do not exclude
+// one another, and the interface gives them no fence; a writer's is the
+// revision at which it became the holder, as for a lock, or the Fencer's
+// token on the name.
+//
+// An election runs the recipe's Campaign (go.etcd.io/etcd/client/v3/
+// concurrency): the oldest candidacy key leads. Once elected, the
+// candidate is fenced, then takes office by writing its term into its key,
+// if the key is still the one it put; Leader and Observe report only
+// leaders in office. The term, the leadership's Fence, is the key's create
+// revision, or the Fencer's token on the election's name. Terms grow from
+// leader to leader: a candidate leads once every older key is gone, and
+// no key can be created older than one that exists, so each leader's key
+// is younger than every earlier leader's; with a Fencer, a leader is
+// fenced after it was elected, so after its predecessor's key was gone,
+// and so after the predecessor's own token was issued. The next leader is
+// let in by the deletion of the leader's key: by Resign, which ends the
+// Lease first, or by the expiry or revocation of its session's etcd lease,
+// which comes after Until, when the session, and the leadership's Lost
+// with it, has ended (see Validity). A session revoked by someone else
+// is the exception: the Locker learns it at its next refresh.
 package etcdlock

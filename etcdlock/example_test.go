@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,4 +41,65 @@ func ExampleLocker_Do() {
 		<-ctx.Done() // stop at once when the lease is lost
 		return ctx.Err()
 	})
+}
+
+// At most three workers at once call a rate-limited API: each holds a
+// permit, with a fence of its own, while it works. (Compiled, not run.)
+func ExampleLocker_Semaphore() {
+	var l *etcdlock.Locker // from etcdlock.New
+	sem, err := l.Semaphore("api:partner", 3)
+	if err != nil {
+		panic(err) // the count is out of 1 to 1024
+	}
+	err = sem.Do(context.Background(), func(ctx context.Context, permit lease.Lease) error {
+		fmt.Println("calling with", permit.Key(), "fence", permit.Fence()) // api:partner/slot/0..2
+		return nil
+	})
+	if errors.Is(err, lease.ErrPermitsMismatch) {
+		fmt.Println("another handle uses this name with another count")
+	}
+}
+
+// Readers of a catalog share it; the writer that rebuilds it waits for
+// them and stops new ones meanwhile. (Compiled, not run.)
+func ExampleLocker_RWLock() {
+	var l *etcdlock.Locker // from etcdlock.New
+	rw, err := l.RWLock("catalog")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	_ = rw.RDo(ctx, func(ctx context.Context, r lease.Lease) error {
+		return nil // read: other readers may be in too
+	})
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		panic(err) // lease.ErrNotAcquired after WithMaxWait, ...
+	}
+	defer w.Unlock(ctx)
+	fmt.Println("rebuild with fence", w.Fence()) // a reader's Fence is 0
+}
+
+// One scheduler leads; its term fences its writes, and the others follow
+// the leader. (Compiled, not run.)
+func ExampleLocker_Election() {
+	var l *etcdlock.Locker // from etcdlock.New
+	e, err := l.Election("scheduler")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	lead, err := e.Campaign(ctx, "10.0.0.7:8080") // waits until elected
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("leading in term", lead.Fence()) // write with it as the fence
+	select {
+	case <-lead.Lost(): // the session ended: stop at once
+	default:
+		_ = e.Resign(ctx)
+	}
+	for ld := range e.Observe(ctx) { // until ctx ends
+		fmt.Println("leader", ld.Value, "term", ld.Term)
+	}
 }

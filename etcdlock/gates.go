@@ -72,10 +72,3 @@ func (g *gates) leave(key string) {
 	<-gt.turn
 	g.unref(key, gt)
 }
-
-// leaveAll gives back the turns of keys.
-func (g *gates) leaveAll(keys []string) {
-	for _, k := range keys {
-		g.leave(k)
-	}
-}

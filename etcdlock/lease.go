@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/quorumlock/quorumlock/lease"
 )
@@ -22,9 +21,9 @@ var _ lease.Lease = (*Lease)(nil)
 type Lease struct {
 	l      *Locker
 	s      *session
-	name   string   // the keys joined by ","
-	keys   []string // sorted
-	muts   []*concurrency.Mutex
+	name   string    // the keys joined by ",", or the primitive's name
+	keys   []string  // sorted
+	owned  []claimed // the etcd key held for each key
 	fences []int64
 	start  time.Time
 
@@ -40,9 +39,11 @@ func (le *Lease) Key() string { return le.keys[0] }
 // Keys returns the locked keys, sorted.
 func (le *Lease) Keys() []string { return slices.Clone(le.keys) }
 
-// Token returns the etcd key the lease holds for its first key: the
-// recipe's owner key, prefix + key + "/" + the session's lease id.
-func (le *Lease) Token() string { return le.muts[0].Key() }
+// Token returns the etcd key the lease holds for its first key: for a
+// lock the recipe's owner key, prefix + key + "/" + the session's lease
+// id; for the primitives, see Locker.Semaphore, Locker.RWLock and
+// Locker.Election.
+func (le *Lease) Token() string { return le.owned[0].owner }
 
 // Fence returns the fence of Key (see FenceOf).
 func (le *Lease) Fence() int64 { return le.fences[0] }
@@ -79,15 +80,22 @@ func (le *Lease) Err() error {
 }
 
 // lose ends the lease with err when its session ended (reason 0: the
-// Locker closed): its recipe keys went with the session, so its keys'
+// Locker closed): its etcd keys went with the session, so its keys'
 // turns in this Locker are given back.
 func (le *Lease) lose(err error, reason lease.LostReason) {
 	if !le.end(err) {
 		return
 	}
-	le.l.gates.leaveAll(le.keys)
+	le.leaveAll()
 	if reason != 0 {
 		le.l.cfg.observer.ObserveLost(lease.LostEvent{Key: le.name, Reason: reason, Held: time.Since(le.start)})
+	}
+}
+
+// leaveAll gives back the turns the lease's keys hold in the Locker.
+func (le *Lease) leaveAll() {
+	for _, h := range le.owned {
+		le.l.leave(h)
 	}
 }
 
@@ -135,7 +143,7 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return ev.Err
 }
 
-// Unlock releases the lease: the recipe's key of every key is deleted, so
+// Unlock releases the lease: the etcd key of every key is deleted, so
 // the next waiter of each is woken. The lease ends (Lost is closed)
 // whatever the outcome. It returns an error matching lease.ErrLeaseLost
 // when the session had ended before (its keys went with the etcd lease),
@@ -155,16 +163,16 @@ func (le *Lease) Unlock(ctx context.Context) error {
 	}
 	le.s.drop(le)
 	if !le.s.live() {
-		le.l.gates.leaveAll(le.keys)
+		le.leaveAll()
 		return fmt.Errorf("etcdlock: unlock %q: %w: its session ended first", le.name, lease.ErrLeaseLost)
 	}
 	var failed []error
-	for i := len(le.muts) - 1; i >= 0; i-- {
-		if err := le.l.release(ctx, le.keys[i], le.muts[i]); err != nil {
+	for i := len(le.owned) - 1; i >= 0; i-- {
+		if err := le.l.release(ctx, le.owned[i]); err != nil {
 			failed = append(failed, err)
 		}
 	}
-	ev := lease.ReleaseEvent{Key: le.name, Duration: time.Since(start), Released: len(le.muts) - len(failed), Failed: len(failed)}
+	ev := lease.ReleaseEvent{Key: le.name, Duration: time.Since(start), Released: len(le.owned) - len(failed), Failed: len(failed)}
 	le.l.cfg.observer.ObserveRelease(ev)
 	if len(failed) > 0 {
 		return fmt.Errorf("etcdlock: unlock %q: %w: %w", le.name, lease.ErrUnlockUnconfirmed, errors.Join(failed...))

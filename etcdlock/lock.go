@@ -3,10 +3,8 @@ package etcdlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,62 +52,29 @@ func held(le *Lease, err error) (lease.Lease, error) {
 // lock takes every key of keys, waiting for each or not.
 func (l *Locker) lock(ctx context.Context, keys []string, wait bool) (*Lease, error) {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	name := strings.Join(keys, ",")
 	if len(keys) == 0 || slices.Contains(keys, "") {
 		return nil, errors.New("etcdlock: empty key")
 	}
-	start := time.Now()
-	le, err := l.take(ctx, keys, name, wait, false)
-	l.cfg.observer.ObserveAcquire(lease.AcquireEvent{Key: name, Attempts: 1, Duration: time.Since(start), Result: resultOf(err), Err: err})
-	return le, err
+	g := &grant{op: "lock", name: strings.Join(keys, ",")}
+	if wait {
+		g.maxWait = l.cfg.maxWait
+	}
+	for _, k := range keys {
+		g.claims = append(g.claims, l.lockClaim(k, wait))
+	}
+	return l.granted(ctx, g)
 }
 
-// take acquires the keys in order and hands out the lease. A session that
-// etcd no longer knows (it expired before the Locker saw it) is ended and
-// the acquisition tried once more on a new one.
-func (l *Locker) take(ctx context.Context, keys []string, name string, wait, retried bool) (*Lease, error) {
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if wait && l.cfg.maxWait > 0 {
-		wctx, cancel = context.WithTimeout(ctx, l.cfg.maxWait)
-	}
-	defer cancel()
-	s, err := l.session(wctx)
-	if err != nil {
-		return nil, l.lockError(ctx, name, err)
-	}
-	le := &Lease{l: l, s: s, name: name, keys: keys, start: time.Now(), lost: make(chan struct{})}
-	for _, k := range keys {
-		m, err := l.acquire(wctx, s, k, wait)
-		if err != nil && (isLeaseGone(err) || errors.Is(err, concurrency.ErrSessionExpired)) && !retried {
-			l.abandon(le)
-			s.end(fmt.Errorf("etcdlock: %w: etcd no longer knows the session's lease: %w", lease.ErrLeaseLost, err), lease.LostExtendFailed)
-			cancel()
-			return l.take(ctx, keys, name, wait, true)
-		}
+// lockClaim claims key with the recipe's mutex: the fence is the revision
+// of the answer that found no predecessor.
+func (l *Locker) lockClaim(key string, wait bool) claim {
+	return func(ctx context.Context, s *session) (claimed, error) {
+		m, err := l.acquire(ctx, s, key, wait)
 		if err != nil {
-			l.abandon(le)
-			return nil, l.lockError(ctx, name, err)
+			return claimed{}, err
 		}
-		le.muts = append(le.muts, m)
-		le.fences = append(le.fences, m.Header().Revision)
+		return claimed{key: key, owner: m.Key(), gate: key, rev: m.Header().Revision, fenceKey: key}, nil
 	}
-	if err := l.fence(wctx, le); err != nil {
-		l.abandon(le)
-		return nil, fmt.Errorf("etcdlock: lock %q: fence: %w", name, err)
-	}
-	if err := s.hold(le); err != nil {
-		l.abandon(le)
-		return nil, l.lockError(ctx, name, err)
-	}
-	if left := time.Until(le.Until()); left < l.cfg.margin {
-		// The session's keep-alive is stalled: a lease this close to its
-		// end would be lost before its holder could use it.
-		le.s.drop(le)
-		le.end(fmt.Errorf("etcdlock: %q: %w", name, lease.ErrReleased))
-		l.abandon(le)
-		return nil, fmt.Errorf("etcdlock: lock %q: %w: the session has %v of validity left, under the safety margin %v", name, lease.ErrQuorumUnavailable, left.Round(time.Millisecond), l.cfg.margin)
-	}
-	return le, nil
 }
 
 // acquire takes key's turn in this Locker, then the recipe's lock.
@@ -150,7 +115,7 @@ func (l *Locker) wait(ctx context.Context, key string, m *concurrency.Mutex) err
 	}
 	l.bg(func() {
 		if err := <-done; err == nil {
-			_ = l.release(context.Background(), key, m)
+			_ = l.release(context.Background(), claimed{owner: m.Key(), gate: key})
 			return
 		}
 		l.gates.leave(key)
@@ -158,61 +123,49 @@ func (l *Locker) wait(ctx context.Context, key string, m *concurrency.Mutex) err
 	return ctx.Err()
 }
 
-// fence replaces the revision fences with the Fencer's tokens, if any.
-func (l *Locker) fence(ctx context.Context, le *Lease) error {
-	if l.cfg.fencer == nil {
-		return nil
+// release deletes a key the lease holds within the node timeout and gives
+// its turn back; when etcd does not confirm, it keeps the turn and retries
+// in the background, with a growing pause, until it does or the session
+// ends (and the key with it).
+func (l *Locker) release(ctx context.Context, h claimed) error {
+	err := l.unlockOnce(ctx, h)
+	if err != nil {
+		l.bg(func() { l.retryRelease(h) })
+		return err
 	}
-	for i, k := range le.keys {
-		f, err := l.cfg.fencer.Next(ctx, k)
-		if err != nil {
-			return err
-		}
-		le.fences[i] = f
-	}
+	l.leave(h)
 	return nil
 }
 
-// abandon releases the keys a failed Lock took.
-func (l *Locker) abandon(le *Lease) {
-	for i := len(le.muts) - 1; i >= 0; i-- {
-		if err := l.release(context.Background(), le.keys[i], le.muts[i]); err != nil {
-			_ = err // retried in the background until the session ends
-		}
+// leave gives back the turn h holds in the Locker's gates, if any.
+func (l *Locker) leave(h claimed) {
+	if h.gate != "" {
+		l.gates.leave(h.gate)
 	}
 }
 
-// release deletes key's recipe key within the node timeout and gives the
-// key's turn back; when etcd does not confirm, it keeps the turn and
-// retries in the background, with a growing pause, until it does or the
-// session ends (and the key with it).
-func (l *Locker) release(ctx context.Context, key string, m *concurrency.Mutex) error {
-	if err := l.unlockOnce(ctx, m); err == nil {
-		l.gates.leave(key)
-		return nil
-	} else {
-		l.bg(func() { l.retryRelease(key, m) })
+// unlockOnce deletes h's etcd key; a key that another owner holds now
+// (h.cmp fails: it went with the session and was taken again) is left.
+func (l *Locker) unlockOnce(ctx context.Context, h claimed) error {
+	uctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.WithoutCancel(ctx)), l.cfg.nodeTimeout)
+	defer cancel()
+	if h.cmp == nil {
+		_, err := l.cli.Delete(uctx, h.owner)
 		return err
 	}
-}
-
-func (l *Locker) unlockOnce(ctx context.Context, m *concurrency.Mutex) error {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.nodeTimeout)
-	defer cancel()
-	key := m.Key()
-	_, err := l.cli.Delete(clientv3.WithRequireLeader(uctx), key)
+	_, err := l.cli.Txn(uctx).If(*h.cmp).Then(clientv3.OpDelete(h.owner)).Commit()
 	return err
 }
 
 // retryRelease retries a delete until it succeeds or the session ends.
-func (l *Locker) retryRelease(key string, m *concurrency.Mutex) {
-	defer l.gates.leave(key)
+func (l *Locker) retryRelease(h claimed) {
+	defer l.leave(h)
 	for pause := l.cfg.nodeTimeout; ; pause = min(2*pause, l.cfg.ttl/3) {
 		s := l.sessionOf()
 		if s == nil || !s.live() || wait.Sleep(l.ctx, pause) != nil {
 			return
 		}
-		if l.unlockOnce(l.ctx, m) == nil {
+		if l.unlockOnce(l.ctx, h) == nil {
 			return
 		}
 	}
@@ -223,21 +176,6 @@ func (l *Locker) sessionOf() *session {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.sess
-}
-
-// lockError maps a failed acquisition to package lease's sentinels.
-func (l *Locker) lockError(ctx context.Context, name string, err error) error {
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("etcdlock: lock %q: %w", name, ctx.Err())
-	case errors.Is(err, lease.ErrClosed), errors.Is(err, lease.ErrQuorumUnavailable):
-		return fmt.Errorf("etcdlock: lock %q: %w", name, err)
-	case errors.Is(err, concurrency.ErrLocked):
-		return fmt.Errorf("etcdlock: lock %q: %w", name, lease.ErrNotAcquired)
-	case errors.Is(err, context.DeadlineExceeded) && l.reachable(ctx, name):
-		return fmt.Errorf("etcdlock: lock %q: %w: still held after %v", name, lease.ErrNotAcquired, l.cfg.maxWait)
-	}
-	return fmt.Errorf("etcdlock: lock %q: %w: %w", name, lease.ErrQuorumUnavailable, err)
 }
 
 // reachable reports whether etcd answers a read with a leader, within the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,7 +14,10 @@ import (
 	"github.com/quorumlock/quorumlock/lease"
 )
 
-var _ lease.Locker = (*Locker)(nil)
+var (
+	_ lease.Locker     = (*Locker)(nil)
+	_ lease.Primitives = (*Locker)(nil)
+)
 
 // Locker takes locks on etcd. It is safe for concurrent use; Close it when
 // done.
@@ -23,6 +27,8 @@ type Locker struct {
 	ctx    context.Context // the sessions' keep-alive; cancelled by Close
 	cancel context.CancelFunc
 	gates  *gates
+	queues *queues       // the semaphores' waiters, oldest first
+	seq    atomic.Uint64 // tells apart the read-write locks' keys of a session
 
 	mu      sync.Mutex
 	sess    *session
@@ -48,7 +54,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Locker{cli: cli, cfg: cfg, ctx: ctx, cancel: cancel, gates: newGates(), working: true}, nil
+	return &Locker{cli: cli, cfg: cfg, ctx: ctx, cancel: cancel, gates: newGates(), queues: newQueues(), working: true}, nil
 }
 
 // TTL returns the sessions' TTL.
