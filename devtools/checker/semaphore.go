@@ -5,7 +5,8 @@ import (
 	"sync"
 )
 
-// Mode says whether a model resource checks fences.
+// Mode says whether a model resource checks fences: only Fenced does
+// (the zero Mode checks none, as Unfenced).
 type Mode int
 
 // The modes of the model resources.
