@@ -85,7 +85,8 @@ RACE_PKGS := ./quorum/... ./orders/ ./orders/store/ ./etcdlock/... ./devtools/te
 # Without it: the packages whose tests spend their time waiting on servers
 # and processes (the end-to-end suites, the commands, the compose stack,
 # the alert rules).
-PLAIN_PKGS := ./integration/... ./compose/... ./devtools/cmd/... ./cmd/ordersd/ ./deploy/...
+PLAIN_PKGS := ./integration/... ./compose/... ./devtools/cmd/... ./cmd/ordersd/ ./deploy/... \
+	./devtools/countersem/...
 # But for these tests of integration, which run with -race in a run of
 # their own: the short chaos suite, whose workers are this test binary
 # (the race detector caught a data race in them there), and the lock

@@ -42,10 +42,16 @@ func newLocker(t *testing.T, bed *testbed.Bed, opts ...etcdlock.Option) *etcdloc
 
 // The lease API's conformance suite, the one quorum passes too, on a
 // 3-member cluster.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { locktest.Run(t, backend(t)) }
+
+// The primitives' conformance cases, the ones quorum passes too.
+func TestConformancePrimitives(t *testing.T) { locktest.RunPrimitives(t, backend(t)) }
+
+// backend is the suite's view of Lockers on a new 3-member cluster.
+func backend(t *testing.T) locktest.Backend {
 	bed := bedtest.Start(t, testbed.Options{Etcd: 3})
 	admin := newClient(t, bed)
-	locktest.Run(t, locktest.Backend{
+	return locktest.Backend{
 		TTL: 6 * time.Second,
 		New: func(t *testing.T, ttl, maxWait time.Duration) lease.Locker {
 			return newLocker(t, bed, etcdlock.WithTTL(ttl), etcdlock.WithMaxWait(maxWait))
@@ -55,7 +61,7 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-	})
+	}
 }
 
 func ctxT(t *testing.T) context.Context {

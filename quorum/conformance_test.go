@@ -10,10 +10,15 @@ import (
 )
 
 // The lease API's conformance suite, the one etcdlock passes too.
-func TestConformance(t *testing.T) {
-	r := newRig(t)
+func TestConformance(t *testing.T) { locktest.Run(t, backend(newRig(t))) }
+
+// The primitives' conformance cases, the ones etcdlock passes too.
+func TestConformancePrimitives(t *testing.T) { locktest.RunPrimitives(t, backend(newRig(t))) }
+
+// backend is the suite's view of Lockers on r.
+func backend(r *rig) locktest.Backend {
 	fences := &memFencer{} // one sequence per key for every Locker, as a database's would be
-	locktest.Run(t, locktest.Backend{
+	return locktest.Backend{
 		TTL: slow(6 * time.Second), // above twice the rig's node timeout, under -race too
 		New: func(t *testing.T, ttl, maxWait time.Duration) lease.Locker {
 			return r.locker(t, quorum.WithTTL(ttl), quorum.WithMaxWait(maxWait), quorum.WithFencer(fences))
@@ -27,5 +32,5 @@ func TestConformance(t *testing.T) {
 				}
 			}
 		},
-	})
+	}
 }

@@ -11,6 +11,13 @@
 //     the claims and writes of one fenced read-modify-write register have a
 //     linearization that obeys its fence rules, so no update was lost.
 //
+// Three model resources judge the primitives beyond the mutex, each in a
+// fenced mode and an unfenced one (the negative control): a semaphore's
+// (SemaphoreResource: at most its permits inside at once, a newer fence
+// on a permit ending the older holder's turn), a read-write lock's
+// (RWResource: no read overlapping a write) and an election's
+// (ElectionResource: one leader per term, terms never going down).
+//
 // The checks of an order run (one order per idempotency key, no oversell,
 // stock balance, one answer per request) are in package
 // github.com/quorumlock/quorumlock/devtools/audit.
