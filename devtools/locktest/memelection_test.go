@@ -41,6 +41,7 @@ func (h *electionHandle) Campaign(ctx context.Context, value string) (lease.Leas
 		h.le = h.l.m.grant(h.name, true, func() { e.by = nil })
 		e.by, e.leader = h, lease.Leader{Value: value, Term: h.le.fence}
 		got = h.le
+		h.l.m.broadcast() // observers learn of the new leader
 		return true, nil
 	})
 	return got, err
