@@ -232,7 +232,7 @@ func (r *run) landed(ctx context.Context, h Event, from int) bool {
 	own := ownWrite(h.Worker, h.Round)
 	last := h.Keys[len(h.Keys)-1] // the rows answer in key order
 	if _, _, ok := r.hist.waitFor(ctx, from, 10*r.sc.TTL, func(e Event) bool { return own(e) && e.Key == last }); !ok {
-		r.note("worker %d's cart did not answer its write within %v", h.Worker, 10*r.sc.TTL)
+		r.note("worker %d's %s did not answer its write within %v", h.Worker, r.late(), 10*r.sc.TTL)
 		return false
 	}
 	want := ResultOK
@@ -241,11 +241,19 @@ func (r *run) landed(ctx context.Context, h Event, from int) bool {
 	}
 	e, _, ok := r.hist.waitFor(ctx, from, 0, func(e Event) bool { return own(e) && e.Result != ResultAborted })
 	if !ok || e.Result != want {
-		r.note("worker %d's late cart answered %q, not %q; not counted", h.Worker, e.Result, want)
+		r.note("worker %d's late %s answered %q, not %q; not counted", h.Worker, r.late(), e.Result, want)
 		return false
 	}
-	r.note("worker %d's late cart (fences %v) answered %q", h.Worker, h.Fences, e.Result)
+	r.note("worker %d's late %s (fences %v) answered %q", h.Worker, r.late(), h.Fences, e.Result)
 	return true
+}
+
+// late names what a paused holder writes late: a cart, or a write.
+func (r *run) late() string {
+	if r.sc.Carts {
+		return "cart"
+	}
+	return "write"
 }
 
 // wroteYet reports whether the holder of h had called its write before
