@@ -20,7 +20,9 @@ import (
 // fence and be linearizable; the unfenced runs of the staged scenarios
 // must lose updates (the checker has teeth); the restart guard must stop
 // the staged double grant, and the clock jump must get past it. `make
-// chaos` runs every scenario and writes docs/SAFETY.md.
+// chaos` runs every scenario and writes docs/SAFETY.md. The semaphore's
+// row judges its resource with the checker's model (no more holders inside
+// than permits), and its unfenced run must let more in.
 //
 // Each row runs chaosRounds rounds (long_off_test.go: one) instead of the
 // scenario's own: a staged scenario goes on past its rounds until one of
@@ -51,9 +53,10 @@ func TestChaosShort(t *testing.T) {
 				if err != nil {
 					t.Fatalf("fenced=%v: %v", fenced, err)
 				}
-				t.Logf("fenced=%v: %d faults, %d leases of %d attempts, %d writes accepted, %d rejected, %d errors; lost %d, stale accepted %d, double grants %d, linearizable %s; notes: %s",
+				t.Logf("fenced=%v: %d faults, %d leases of %d attempts, %d writes accepted, %d rejected, %d errors; lost %d, stale accepted %d, "+
+					"resource violations %d (at most %d holders inside), double grants %d, linearizable %s; notes: %s",
 					fenced, res.Injected, res.Locks, res.Attempts, res.Accepted, res.Rejected, res.Errors,
-					res.Lost, res.StaleAccepted, res.Overlaps, res.Linearizable, strings.Join(res.Notes, "; "))
+					res.Lost, res.StaleAccepted, res.Broken, res.MaxHolders, res.Overlaps, res.Linearizable, strings.Join(res.Notes, "; "))
 				if fenced {
 					p.Fenced = res
 				} else {

@@ -34,6 +34,23 @@
 // that every committed cart took exactly its units off every one of its
 // rows.
 //
+// The primitive rows (Scenario.Prim) run the primitives of
+// lease.Primitives against a resource in Postgres: a row per slot (a
+// permit's key, the read-write lock's or the election's name) holding the
+// last fence it let in, and a log of every operation it accepted, each
+// applied under one advisory lock so the log's order is the resource's.
+// A fenced operation is a conditional update (last_fence <= fence); an
+// unfenced one is plain. The semaphore's holders enter with their permit's
+// fence, hold, and exit with a second fenced write; the read-write lock's
+// readers record their reads' beginning and end (no fence) and its writers
+// enter and exit fenced; the election's leaders write twice with their
+// term. The log is judged by devtools/checker's model resources in the
+// run's mode: no more holders inside than permits and no permit held twice,
+// no read overlapping an accepted write, no two leaders in one term and no
+// term going down, and no accepted fence below the last. The counter
+// semaphore's row (devtools/countersem, which has no fence) runs the
+// semaphore's workload with no fault at all and must over-admit.
+//
 // Every worker prints each operation's call and return as one JSON line on
 // its standard output; the parent records them with the faults, and the
 // checker counts lost updates, overlapping leases, accepted stale fences

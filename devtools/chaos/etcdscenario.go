@@ -58,6 +58,7 @@ func etcdScenarios() []Scenario {
 				"a holder SIGSTOPped past its session TTL until another cart wrote one of its products, while " + turn +
 				"is paused, or killed and restarted with its data"},
 	)
+	s = append(s, primScenarios(LockEtcd)...)
 	for i := range s {
 		s[i].Lock = LockEtcd
 	}

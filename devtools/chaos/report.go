@@ -64,6 +64,9 @@ func Verdict(p Pair) []string {
 	if p.Scenario.NA != "" {
 		return nil
 	}
+	if p.Scenario.Prim == PrimCounter {
+		return counterVerdict(p)
+	}
 	var bad []string
 	sc, f, u := p.Scenario, p.Fenced, p.Plain
 	for _, v := range f.Violations {
@@ -72,8 +75,11 @@ func Verdict(p Pair) []string {
 	if f.Accepted == 0 || u.Accepted == 0 {
 		bad = append(bad, fmt.Sprintf("no progress: %d fenced and %d unfenced writes accepted", f.Accepted, u.Accepted))
 	}
+	if sc.Staged && sc.Prim != "" {
+		bad = append(bad, primControl(sc, u)...)
+	}
 	if sc.Staged {
-		if u.Lost <= 0 {
+		if sc.Prim == "" && u.Lost <= 0 {
 			bad = append(bad, "negative control: the unfenced run lost no update, so the staging did not bite")
 		}
 		if f.Rejected == 0 {
@@ -207,11 +213,17 @@ func side(r Row, withFence bool) string {
 	violations := bold(perRun(r.Pairs, run, Result.ViolationCount, "violations"))
 	grants := perRun(r.Pairs, run, func(x Result) int64 { return int64(x.Overlaps) }, "double grants")
 	lost, unit := fmt.Sprintf("lost %d", t.Lost), "writes"
+	if r.Scenario.Prim != "" {
+		lost, unit = primFigures(r.Scenario, t), "operations"
+	}
 	if r.Scenario.Carts {
 		lost, unit = fmt.Sprintf("units lost %d, torn carts %d", t.Lost, t.Torn), "carts"
 	}
-	if !withFence {
+	if !withFence || r.Scenario.Prim == PrimCounter {
 		return fmt.Sprintf("%s (%s, stale accepted %d); %s", violations, lost, t.StaleAccepted, grants)
+	}
+	if r.Scenario.Prim != "" {
+		return fmt.Sprintf("%s (%s, stale accepted %d); %d stale %s rejected; %s", violations, lost, t.StaleAccepted, t.Rejected, unit, grants)
 	}
 	return fmt.Sprintf("%s (%s, stale accepted %d, linearizable in %d of %d); %d stale %s rejected; %s",
 		violations, lost, t.StaleAccepted, t.linearizable, len(r.Pairs), t.Rejected, unit, grants)
@@ -250,6 +262,8 @@ func sum(pairs []Pair, run func(Pair) Result) totals {
 		r := run(p)
 		t.Lost += r.Lost
 		t.Torn += r.Torn
+		t.Broken += r.Broken
+		t.MaxHolders = max(t.MaxHolders, r.MaxHolders)
 		t.StaleAccepted += r.StaleAccepted
 		t.Rejected += r.Rejected
 		if r.Linearizable == "yes" {

@@ -134,6 +134,13 @@ type Result struct {
 	// off the row as it stood) and carts that left lines without
 	// committing; 0 outside cart runs.
 	Torn int
+	// Broken counts the violations a primitive workload's checker found
+	// at its resource (devtools/checker's model resources); 0 in the
+	// other workloads.
+	Broken int
+	// MaxHolders is the most holders inside the semaphore workloads'
+	// resource at once; 0 in the other workloads.
+	MaxHolders int
 	// Refused counts carts a stock condition refused (a product sold out);
 	// their transactions rolled back.
 	Refused int
@@ -157,14 +164,14 @@ type Result struct {
 }
 
 // ViolationCount is the number of safety violations: every lost update,
-// every accepted stale fence, every torn cart, and one for a history that
-// is not linearizable.
+// every accepted stale fence, every torn cart, every violation found at a
+// primitive's resource, and one for a history that is not linearizable.
 func (r Result) ViolationCount() int64 {
 	n := r.Lost
 	if n < 0 {
 		n = -n
 	}
-	n += int64(r.StaleAccepted) + int64(r.Torn)
+	n += int64(r.StaleAccepted) + int64(r.Torn) + int64(r.Broken)
 	if r.Linearizable == "no" {
 		n++
 	}
@@ -201,7 +208,7 @@ func (r *run) note(format string, args ...any) {
 func (r *run) config(id int) WorkerConfig {
 	cfg := WorkerConfig{ID: id, Lock: r.sc.Lock, DSN: r.env.bed.Postgres.DSN(), Fenced: r.fenced, Guard: r.sc.Guard,
 		Seed: r.seed, Rounds: 10000, TTL: r.sc.TTL, NodeTimeout: r.sc.TTL / 10,
-		Hold: r.sc.TTL / 10, LongHold: r.sc.TTL * 13 / 10, LongFrac: r.sc.LongFrac, Carts: r.sc.Carts}
+		Hold: r.sc.TTL / 10, LongHold: r.sc.TTL * 13 / 10, LongFrac: r.sc.LongFrac, Carts: r.sc.Carts, Prim: r.sc.Prim}
 	if r.sc.Lock == LockEtcd {
 		cfg.Etcd = r.env.bed.EtcdEndpoints()
 		return cfg
@@ -239,7 +246,7 @@ func (e *Env) reset(ctx context.Context) error {
 		CREATE TABLE `+stockTable+` (product_id text PRIMARY KEY, available bigint NOT NULL, last_fence bigint NOT NULL DEFAULT 0);
 		CREATE TABLE `+writesTable+` (seq bigserial PRIMARY KEY, fence bigint NOT NULL, worker int NOT NULL, read bigint NOT NULL, wrote bigint NOT NULL);
 		INSERT INTO `+stockTable+` (product_id, available) VALUES ('`+product+`', `+fmt.Sprint(InitialStock)+`);`+
-		cartSchema())
+		cartSchema()+primSchema())
 	return err
 }
 
@@ -359,6 +366,9 @@ type store struct {
 
 // judge reads the rows and the write log and runs every check.
 func (e *Env) judge(ctx context.Context, r *run, res *Result) error {
+	if r.sc.Prim != "" {
+		return e.judgePrim(ctx, r, res)
+	}
 	read := e.readRegister
 	if r.sc.Carts {
 		read = e.readCarts

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -45,6 +44,9 @@ type Scenario struct {
 	// Carts runs the cart workload: each round takes one lease on 2 or 3
 	// of the CartProducts and writes all their rows in one transaction.
 	Carts bool
+	// Prim runs a primitive's workload (PrimSemaphore, PrimRWLock,
+	// PrimElection, PrimCounter) instead of the single key.
+	Prim string
 
 	drive func(ctx context.Context, r *run) (int, error)
 }
@@ -117,6 +119,7 @@ func quorumScenarios() []Scenario {
 		drive: cartFaults})
 	s = slices.Insert(s, len(s)-1, Scenario{Name: clockJumpMonotonic,
 		NA: "the bed moves no Redis server's monotonic clock, and Redis expires keys by its wall clock: the clock-jump row is quorum's clock fault"})
+	s = append(s, primScenarios(LockQuorum)...)
 	for i := range s {
 		s[i].Lock = LockQuorum
 	}
@@ -229,7 +232,7 @@ func (r *run) landed(ctx context.Context, h Event, from int) bool {
 	own := ownWrite(h.Worker, h.Round)
 	last := h.Keys[len(h.Keys)-1] // the rows answer in key order
 	if _, _, ok := r.hist.waitFor(ctx, from, 10*r.sc.TTL, func(e Event) bool { return own(e) && e.Key == last }); !ok {
-		r.note("worker %d's cart did not answer its write within %v", h.Worker, 10*r.sc.TTL)
+		r.note("worker %d's %s did not answer its write within %v", h.Worker, r.late(), 10*r.sc.TTL)
 		return false
 	}
 	want := ResultOK
@@ -238,11 +241,19 @@ func (r *run) landed(ctx context.Context, h Event, from int) bool {
 	}
 	e, _, ok := r.hist.waitFor(ctx, from, 0, func(e Event) bool { return own(e) && e.Result != ResultAborted })
 	if !ok || e.Result != want {
-		r.note("worker %d's late cart answered %q, not %q; not counted", h.Worker, e.Result, want)
+		r.note("worker %d's late %s answered %q, not %q; not counted", h.Worker, r.late(), e.Result, want)
 		return false
 	}
-	r.note("worker %d's late cart (fences %v) answered %q", h.Worker, h.Fences, e.Result)
+	r.note("worker %d's late %s (fences %v) answered %q", h.Worker, r.late(), h.Fences, e.Result)
 	return true
+}
+
+// late names what a paused holder writes late: a cart, or a write.
+func (r *run) late() string {
+	if r.sc.Carts {
+		return "cart"
+	}
+	return "write"
 }
 
 // wroteYet reports whether the holder of h had called its write before
@@ -324,27 +335,11 @@ func runNemesis(ctx context.Context, r *run, steps int, kinds ...nemesis.Kind) (
 // while a nemesis pauses and kills and restarts one Redis node at a time
 // (2*Rounds steps), and returns when both are done.
 func cartFaults(ctx context.Context, r *run) (int, error) {
-	nctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type done struct {
-		n   int
-		err error
-	}
-	nodes := make(chan done, 1)
 	kinds := []nemesis.Kind{nemesis.Pause, nemesis.KillRestartKeep, nemesis.KillRestartEmpty}
 	if r.sc.Lock == LockEtcd {
 		kinds = kinds[:2] // the bed restarts an etcd member with its data only
 	}
-	go func() {
-		n, err := runNemesis(nctx, r, 2*r.sc.Rounds, kinds...)
-		nodes <- done{n, err}
-	}()
-	paused, err := clientPause(ctx, r)
-	if err != nil {
-		cancel() // the nemesis heals what it broke and returns
-	}
-	d := <-nodes
-	return paused + d.n, errors.Join(err, d.err)
+	return pauseAmid(ctx, r, kinds)
 }
 
 // partitionFromOne cuts two nodes off from one worker at a time, through

@@ -61,6 +61,9 @@ type WorkerConfig struct {
 	LongFrac float64       `json:"longFrac"`
 	// Carts runs the cart workload (cartRound) instead of the single key.
 	Carts bool `json:"carts,omitempty"`
+	// Prim runs a primitive's workload (PrimSemaphore, PrimRWLock,
+	// PrimElection, PrimCounter) instead of the single key.
+	Prim string `json:"prim,omitempty"`
 }
 
 // Event is one line of a worker's history: the call or the return of one
@@ -213,6 +216,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	defer closeLocker()
 	w := &worker{cfg: cfg, out: out, pool: pool, table: table, locker: l,
 		rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID)+1))}
+	if cfg.Prim != "" {
+		return w.primLoop(ctx, g)
+	}
 	for n := 0; n < cfg.Rounds && ctx.Err() == nil; n++ {
 		if !g.wait(ctx) {
 			break

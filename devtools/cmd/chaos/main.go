@@ -359,6 +359,16 @@ const definitions = `- **violations**: lost updates (accepted decrements that th
   did not take exactly the cart's units off the row as it stood, or lines of a cart that did not commit), and
   the fence order, double grants and linearizability per product key. Its unfenced run must lose units and
   tear a cart.
+- The **semaphore**, **rwlock** and **election** rows run the primitives (` + "`lease.Primitives`" + `) against a
+  resource in Postgres: a row per slot (a permit's key, the lock's or the election's name) with the last fence it
+  let in, and a log of the operations it accepted, in its order. A semaphore holder enters with its permit's fence
+  and exits with a second fenced write; a reader records its read (no fence: readers are never paused); a writer
+  enters and exits fenced; a leader writes twice with its term. devtools/checker's model resources judge the log:
+  **resource violations** are more holders inside than permits or a permit held twice, a read overlapping an
+  accepted write, two leaders in one term or a term going down, and an accepted fence below the last. The
+  unfenced semaphore run must let more than 2 holders in. The **semaphore-countersem** row runs the semaphore's
+  workload on the per-node counter semaphore (devtools/countersem, no fence) with no fault: both its runs must
+  over-admit.
 - Every row runs on several seeds (` + "`-repeat`" + `; run k on seed ` + "`-seed`" + ` + k), and each figure is tallied over
   its runs: "0 double grants in 3 of 3 runs" where it was 0 in every run, otherwise in how many runs it was not
   0 and each run's figure in seed order ("double grants in 1 of 3 runs (0, 1, 0)"); lost and stale accepted are
