@@ -11,15 +11,15 @@ import (
 type kind int
 
 const (
-	kindSolo     kind = iota // no contention, distinct keys
-	kindHot                  // every worker contends for one key
-	kindSlowNode             // no contention, the last node answers late
-	kindNodeDown             // no contention, the last node is frozen
-	kindMixed                // one hot key and distinct keys, alone and together, from three instances
-	kindMulti                // leases of several keys at once, on overlapping key sets
-	kindSemaphore            // workers share the permits of one semaphore
-	kindRW                   // readers and writers on one read-write lock
-	kindElection             // the time to a new leader after the leader dies
+	kindSolo      kind = iota // no contention, distinct keys
+	kindHot                   // every worker contends for one key
+	kindSlowNode              // no contention, the last node answers late
+	kindNodeDown              // no contention, the last node is frozen
+	kindMixed                 // one hot key and distinct keys, alone and together, from three instances
+	kindMulti                 // leases of several keys at once, on overlapping key sets
+	kindSemaphore             // workers share the permits of one semaphore
+	kindRW                    // readers and writers on one read-write lock
+	kindElection              // the time to a new leader after the leader dies
 )
 
 // String names the kind as the JSON output does.
