@@ -53,9 +53,10 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 		return nil, err
 	}
 	b = &bench{cfg: cfg, provider: "given addresses", runID: hex.EncodeToString(id[:])}
+	opened := b // the error returns below set b to nil
 	defer func() {
 		if err != nil {
-			b.close()
+			opened.close()
 		}
 	}()
 	direct := endpoints{redis: cfg.addrs, etcd: cfg.etcdAddrs}

@@ -206,7 +206,7 @@ func TestRunPrimitives(t *testing.T) {
 	jsonPath, plotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.png")
 	var out strings.Builder
 	err := run(ctx, []string{"-rounds", "1", "-hot-duration", "300ms", "-scenarios", "semaphore-2-6,rw-50-50,election",
-		"-node-timeout", "1s", "-past-window=false", "-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
+		"-past-window=false", "-json", jsonPath, "-plot", plotPath, "-quiet"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
