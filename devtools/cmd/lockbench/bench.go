@@ -30,6 +30,9 @@ type bench struct {
 	// mixed: the instances of the mixed scenarios, each with its own
 	// clients on the direct addresses (nil when none runs).
 	mixed []*contenderSet
+	// eps are the direct addresses, on which the election scenario opens
+	// clients of its own.
+	eps endpoints
 	// etcdMembers is the size of the etcd cluster (0 when etcd does not
 	// run).
 	etcdMembers int
@@ -50,9 +53,10 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 		return nil, err
 	}
 	b = &bench{cfg: cfg, provider: "given addresses", runID: hex.EncodeToString(id[:])}
+	opened := b // the error returns below set b to nil
 	defer func() {
 		if err != nil {
-			b.close()
+			opened.close()
 		}
 	}()
 	direct := endpoints{redis: cfg.addrs, etcd: cfg.etcdAddrs}
@@ -72,11 +76,12 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 		}
 	}
 	b.etcdMembers = len(direct.etcd)
+	b.eps = direct
 	pool := directPool(cfg.scenarios)
 	if b.direct, err = b.openSet(ctx, direct, pool, "warm"); err != nil {
 		return nil, err
 	}
-	if len(b.direct.list) == 0 {
+	if len(b.direct.list) == 0 && !cfg.wants(nameCounterSem) {
 		return nil, fmt.Errorf("-only %v names no contender", cfg.only)
 	}
 	faults := slices.ContainsFunc(cfg.scenarios, scenario.fault)
@@ -230,6 +235,9 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 				n++
 			}
 		}
+		if sc.primitive() {
+			n = b.primitiveContenders(sc)
+		}
 		switch {
 		case sc.fault():
 			n *= 2 // baseline and fault
@@ -257,6 +265,8 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 			r, err = b.runFault(ctx, sc)
 		case sc.kind == kindMixed:
 			r = b.runMixed(ctx, sc)
+		case sc.primitive():
+			r, err = b.primitiveRun(ctx, sc)
 		default:
 			r = b.runClean(ctx, sc)
 		}

@@ -28,10 +28,17 @@ const (
 	nameEtcd          = "etcd"
 	nameSingle        = "single-node"
 	nameFloor         = "floor"
+	// nameCounterSem is the per-node counter semaphore, a contender of
+	// the semaphore scenarios only (see semaphore.go).
+	nameCounterSem = "counter-semaphore"
 )
 
-// contenderNames lists every contender -only accepts.
+// contenderNames lists the lock contenders, which -only accepts.
 var contenderNames = []string{nameQuorum, nameQuorumNoGuard, nameRedsync, nameRedsyncFF, nameEtcd, nameSingle, nameFloor}
+
+// primitiveOnlyNames lists the contenders of the primitive scenarios that
+// are no lock contender, which -only accepts too.
+var primitiveOnlyNames = []string{nameCounterSem}
 
 // contendedMaxWait bounds one waiting acquire in the contended scenarios,
 // for every contender that waits: generous, so that a worker that loses
@@ -55,6 +62,9 @@ type contender struct {
 	// some (the multi scenarios); nil for a contender that cannot wait.
 	// keys is the caller's: multi must not keep it.
 	multi func(ctx context.Context, keys []string) (held, error)
+	// prims builds the primitives beyond the mutex on the contender's
+	// Locker (quorum's and etcdlock's); nil for the others.
+	prims lease.Primitives
 }
 
 // contenderSet is every contender built on one set of connections, which
@@ -130,13 +140,17 @@ func buildContender(name string, cn conns, rs *redsync.Redsync, cfg config) (con
 		if err != nil {
 			return contender{}, nil, err
 		}
-		return lockerContender(name, l), l, nil
+		c := lockerContender(name, l)
+		c.prims = l
+		return c, l, nil
 	case nameEtcd:
 		l, err := newEtcdLocker(cn.etcd, cfg)
 		if err != nil {
 			return contender{}, nil, err
 		}
-		return lockerContender(name, l), l, nil
+		c := lockerContender(name, l)
+		c.prims = l
+		return c, l, nil
 	case nameRedsync, nameRedsyncFF:
 		return redsyncContender(name, rs, cfg.ttl, cfg.opTimeout, name == nameRedsyncFF), nil, nil
 	case nameSingle:

@@ -15,6 +15,13 @@
 //	single-node         SET NX PX + compare-and-delete on the first node only
 //	floor               one parallel PING to every node: the network floor of a round
 //
+// The primitive scenarios (semaphore, rw, election) have contenders of
+// their own: quorumlock's and etcd's primitives (lease.Primitives, on the
+// Lockers above), and in the semaphore scenarios also counter-semaphore
+// (devtools/countersem over the same masters: the per-node counter scheme,
+// UNSAFE, a negative control; -only names it) and single-node (a
+// sorted-set semaphore on the first node only, semaphore.lua).
+//
 // Scenarios (-scenarios):
 //
 //	solo-N       no contention: N workers doing lock+unlock pairs on distinct keys
@@ -38,6 +45,19 @@
 //	             sorted order, on its one session), the other contenders one
 //	             lock per key in sorted key order (the deadlock-free way to hold
 //	             several), released in reverse
+//	semaphore-P  W workers (semaphore-P-W; default 32) share P permits of one
+//	             semaphore: acquire (waiting), hold 1ms, release, for
+//	             -hot-duration; reports the wait, fairness and the most
+//	             holders seen at once (above P: over-admission)
+//	rw-R-W       32 workers on one read-write lock, each operation a read
+//	             with probability R% (else a write; R+W = 100), held 1ms,
+//	             for -hot-duration; reports each kind's rate and wait, and
+//	             counts any writer that overlapped another holder
+//	election     3 candidates (each its own Locker and clients, terms from
+//	             an in-memory fencer): the leader dies without resigning,
+//	             one kill per contender per round; reports the time to
+//	             the next leader and the term's increase (quorumlock, etcd
+//	             with a clean Close, etcd-crash with its client dropped)
 //
 // Before the first scenario, lockbench waits (up to the TTL plus 5s; not
 // with -past-window=false) until every Redis node has been up for the
@@ -130,8 +150,9 @@ func parse(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	addrs := fs.String("addrs", "", "comma-separated Redis masters (default: start a test bed)")
 	etcdAddrs := fs.String("etcd-addrs", "", "with -addrs: comma-separated client host:port of the etcd members the etcd contender runs on (without -addrs: the bed's 3-member cluster)")
-	only := fs.String("only", "", "comma-separated contenders to run (default: all): "+strings.Join(contenderNames, ", "))
-	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: solo-N, hot-N-Hms, multi-K, slow-node, node-down, mixed-W-D-Hms")
+	only := fs.String("only", "", "comma-separated contenders to run (default: all): "+strings.Join(slices.Concat(contenderNames, primitiveOnlyNames), ", "))
+	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","),
+		"comma-separated scenarios: solo-N, hot-N-Hms, multi-K, slow-node, node-down, mixed-W-D-Hms, semaphore-P[-W], rw-R-W, election")
 	fs.IntVar(&c.nodes, "nodes", 5, "masters in the bed started when -addrs is empty")
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds; each runs every contender once per scenario")
 	fs.IntVar(&c.ops, "ops", 2000, "lock+unlock pairs per contender per round in the solo and fault scenarios")
@@ -199,8 +220,9 @@ func (c *config) parseTargets(addrs, etcdAddrs, only string) error {
 	if c.etcdAddrs, err = split("-etcd-addrs", etcdAddrs); err != nil {
 		return err
 	}
+	all := slices.Concat(contenderNames, primitiveOnlyNames)
 	if only == "" {
-		c.only = slices.Clone(contenderNames)
+		c.only = all
 		if len(c.addrs) > 0 && len(c.etcdAddrs) == 0 {
 			c.only = slices.DeleteFunc(c.only, func(n string) bool { return n == nameEtcd })
 			c.notes = append(c.notes, "etcd not run: -addrs without -etcd-addrs names no etcd cluster")
@@ -209,8 +231,8 @@ func (c *config) parseTargets(addrs, etcdAddrs, only string) error {
 	}
 	c.only = strings.Split(only, ",")
 	for _, n := range c.only {
-		if !slices.Contains(contenderNames, n) {
-			return fmt.Errorf("-only: unknown contender %q: want some of %s", n, strings.Join(contenderNames, ", "))
+		if !slices.Contains(all, n) {
+			return fmt.Errorf("-only: unknown contender %q: want some of %s", n, strings.Join(all, ", "))
 		}
 	}
 	return nil

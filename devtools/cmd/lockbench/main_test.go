@@ -51,7 +51,7 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	// Given Redis masters and no etcd members: every contender but etcd,
 	// with a note.
 	c, err = parse([]string{"-addrs", "127.0.0.1:1"})
-	if err != nil || c.wants(nameEtcd) || !c.wants(nameQuorum) || len(c.only) != len(contenderNames)-1 || len(c.notes) != 1 {
+	if err != nil || c.wants(nameEtcd) || !c.wants(nameQuorum) || len(c.only) != len(contenderNames)+len(primitiveOnlyNames)-1 || len(c.notes) != 1 {
 		t.Fatalf("-addrs without -etcd-addrs: %+v %v", c, err)
 	}
 	c, err = parse([]string{"-addrs", "127.0.0.1:1", "-etcd-addrs", "127.0.0.1:2,127.0.0.1:3,127.0.0.1:4"})
@@ -65,7 +65,7 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.only, contenderNames) || !c.wants(nameEtcd) {
+	if !slices.Equal(c.only, slices.Concat(contenderNames, primitiveOnlyNames)) || !c.wants(nameEtcd) {
 		t.Fatalf("default contenders %q", c.only)
 	}
 	var names []string
@@ -122,8 +122,8 @@ func TestParseScenario(t *testing.T) {
 		!(scenario{kind: kindMixed}).runs(waits) || (scenario{kind: kindMixed}).runs(contender{}) {
 		t.Error("runs() is wrong")
 	}
-	if kindMixed.String() != "mixed" || defaultScenarios[len(defaultScenarios)-1] != "mixed-100-22-1ms" {
-		t.Error("mixed is not named mixed, or not last in the default scenarios")
+	if kindMixed.String() != "mixed" || defaultScenarios[len(defaultScenarios)-4] != "mixed-100-22-1ms" {
+		t.Error("mixed is not named mixed, or not the last lock scenario of the defaults")
 	}
 }
 

@@ -50,6 +50,8 @@ func scenarioPanels(sj scenarioJSON) ([]*plot.Plot, error) {
 	case kindMulti.String():
 		p, err := cdfPanel(sj.Name, fmt.Sprintf("lock+unlock of all %d keys (ms)", sj.KeysPerLease), sj.raw)
 		return []*plot.Plot{p}, err
+	case kindSemaphore.String(), kindRW.String(), kindElection.String():
+		return primitivePanels(sj)
 	case kindMixed.String():
 		hot, err := cdfPanel(sj.Name+": hot key", "hot key acquire wait (ms)", sj.raw)
 		if err != nil {

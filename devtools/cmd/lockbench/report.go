@@ -63,7 +63,15 @@ type scenarioJSON struct {
 	Contenders      []contenderJSON  `json:"contenders"`
 	Skipped         []string         `json:"skipped,omitempty"`
 	raw             []*scenarioCurve // for the plot
-	rawDistinct     []*scenarioCurve // mixed: the distinct keys' pairs, for a second panel
+	rawDistinct     []*scenarioCurve // mixed: the distinct keys' pairs, for a second panel; rw: the writes' waits
+	// The primitive scenarios (see primreport.go): Permits of a semaphore
+	// scenario, ReadPercent of an rw one, and their contenders' figures
+	// (Contenders is empty).
+	Permits     int             `json:"permits,omitempty"`
+	ReadPercent *int            `json:"read_percent,omitempty"`
+	Semaphore   []semaphoreJSON `json:"semaphore,omitempty"`
+	RW          []rwJSON        `json:"rw,omitempty"`
+	Election    []electionJSON  `json:"election,omitempty"`
 }
 
 // contenderJSON is one contender's figures in one scenario. Ops and
@@ -134,6 +142,10 @@ func scenarioFigures(r *scenarioRun, faultNode string) scenarioJSON {
 	sj := scenarioJSON{Name: r.sc.name, Kind: r.sc.kind.String(), Workers: r.sc.workers, HoldNs: int64(r.sc.hold), Skipped: r.skipped}
 	if r.sc.fault() {
 		sj.FaultNode, sj.EtcdFaultNode = faultNode, r.etcdFaultNode
+	}
+	if r.sc.primitive() {
+		primitiveFigures(r, &sj)
+		return sj
 	}
 	switch r.sc.kind {
 	case kindMixed:
@@ -233,11 +245,15 @@ func report(out io.Writer, s runJSON) {
 	}
 	fmt.Fprintln(out, "ops/s: median over rounds of successful pairs per second; latencies over every successful pair of every round;")
 	fmt.Fprintln(out, "allocs/op: heap allocations of the whole process during the contender's runs (in fault scenarios, the bed's in-process proxy included) per attempted pair.")
+	primitiveHeading(out, s)
 	for _, sj := range s.Scenarios {
 		fmt.Fprintf(out, "\n### %s: %s\n\n", sj.Name, describe(sj, c))
 		rows, errs := table, firstErrors
-		if sj.Kind == kindMixed.String() {
+		switch sj.Kind {
+		case kindMixed.String():
 			rows, errs = mixedTable, mixedFirstErrors
+		case kindSemaphore.String(), kindRW.String(), kindElection.String():
+			rows, errs = primitiveTable, func(io.Writer, scenarioJSON) {}
 		}
 		rows(out, sj)
 		if len(sj.Skipped) > 0 {
@@ -304,6 +320,8 @@ func describe(sj scenarioJSON, c config) string {
 		return fmt.Sprintf("%d workers on one key, acquire (waiting) + hold %v + unlock, %v per round", sj.Workers, time.Duration(sj.HoldNs), c.hotDuration)
 	case kindMixed.String():
 		return describeMixed(sj, c)
+	case kindSemaphore.String(), kindRW.String(), kindElection.String():
+		return describePrimitive(sj, c)
 	case kindMulti.String():
 		return fmt.Sprintf("%d workers, each lease %d distinct keys picked at random (seed %d) out of %d, so key sets overlap; "+
 			"acquire all (waiting) + unlock all, %v per round; quorumlock: one LockMulti lease (all or nothing per node), etcd: one LockMulti lease "+

@@ -11,12 +11,15 @@ import (
 type kind int
 
 const (
-	kindSolo     kind = iota // no contention, distinct keys
-	kindHot                  // every worker contends for one key
-	kindSlowNode             // no contention, the last node answers late
-	kindNodeDown             // no contention, the last node is frozen
-	kindMixed                // one hot key and distinct keys, alone and together, from three instances
-	kindMulti                // leases of several keys at once, on overlapping key sets
+	kindSolo      kind = iota // no contention, distinct keys
+	kindHot                   // every worker contends for one key
+	kindSlowNode              // no contention, the last node answers late
+	kindNodeDown              // no contention, the last node is frozen
+	kindMixed                 // one hot key and distinct keys, alone and together, from three instances
+	kindMulti                 // leases of several keys at once, on overlapping key sets
+	kindSemaphore             // workers share the permits of one semaphore
+	kindRW                    // readers and writers on one read-write lock
+	kindElection              // the time to a new leader after the leader dies
 )
 
 // String names the kind as the JSON output does.
@@ -34,6 +37,12 @@ func (k kind) String() string {
 		return "mixed"
 	case kindMulti:
 		return "multi"
+	case kindSemaphore:
+		return "semaphore"
+	case kindRW:
+		return "rw"
+	case kindElection:
+		return "election"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -47,6 +56,15 @@ type scenario struct {
 	hold     time.Duration // hot, mixed: how long each acquisition of the hot key is held
 	keys     int           // multi: keys per lease
 	pool     int           // multi: keys the leases pick theirs from (-multi-pool)
+	permits  int           // semaphore: permits
+	readPct  int           // rw: percentage of the operations that read
+}
+
+// primitive reports whether the scenario runs a primitive beyond the
+// mutex (a semaphore, a read-write lock, an election): it has contenders of
+// its own (see primitives.go), not the lock contenders.
+func (s scenario) primitive() bool {
+	return s.kind == kindSemaphore || s.kind == kindRW || s.kind == kindElection
 }
 
 // fault reports whether the scenario injects a fault into the bed.
@@ -77,6 +95,7 @@ var defaultScenarios = []string{
 	"multi-3",
 	"slow-node", "node-down",
 	"mixed-100-22-1ms",
+	"semaphore-8", "rw-90-10", "election",
 }
 
 // maxWorkers bounds N in solo-N and hot-N-Hms, W and D in mixed-W-D-Hms,
@@ -88,11 +107,19 @@ const maxWorkers = 1024
 const maxKeyPool = 64
 
 // parseScenario reads one -scenarios name: solo-N, hot-N-Hms,
-// mixed-W-D-Hms, multi-K, slow-node or node-down. A multi scenario's
-// workers and key pool come from flags: parse sets them.
+// mixed-W-D-Hms, multi-K, slow-node, node-down, semaphore-P[-W], rw-R-W
+// or election. A multi scenario's workers and key pool come from flags:
+// parse sets them.
 func parseScenario(name string) (scenario, error) {
-	want := fmt.Errorf("unknown scenario %q: want solo-N, hot-N-Hms, mixed-W-D-Hms (N, W, D 1..%d, H 0..1000), multi-K (K 2..%d), slow-node or node-down",
-		name, maxWorkers, maxKeyPool)
+	want := fmt.Errorf("unknown scenario %q: want solo-N, hot-N-Hms, mixed-W-D-Hms (N, W, D 1..%d, H 0..1000), multi-K (K 2..%d), slow-node, node-down, "+
+		"semaphore-P or semaphore-P-W (P 1..%d permits, W 1..%d workers, default %d), rw-R-W (R%% reads, W%% writes, R+W = 100) or election",
+		name, maxWorkers, maxKeyPool, maxPermits, maxWorkers, semaphoreWorkers)
+	if sc, ok, isPrim := parsePrimitive(name); isPrim {
+		if !ok {
+			return scenario{}, want
+		}
+		return sc, nil
+	}
 	switch {
 	case name == "slow-node":
 		return scenario{name: name, kind: kindSlowNode, workers: 1}, nil
@@ -194,6 +221,11 @@ type scenarioRun struct {
 	// etcdFaultNode is the etcd member a fault scenario hits ("" when
 	// etcd did not run).
 	etcdFaultNode string
+	// The primitive scenarios' figures, one per contender that ran (see
+	// primitives.go): semaphore, rw and election.
+	sem   []*semTally
+	rw    []*rwTally
+	elect []*electTally
 }
 
 // keys returns n distinct keys for one measured run.
