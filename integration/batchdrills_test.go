@@ -159,8 +159,14 @@ func drillQuietBatchKilled(t *testing.T, k *drillKit) {
 	a := d.start("A", map[string]string{failpoint.EnvVar: string(failpoint.AfterDecrement) + "=kill@2", "ORDERS_LOCK": "auto"})
 	products := []string{"k", "k2", "k3", "k4"}
 	replies, errs := d.batchKilled(a, products, true)
-	line := a.waitLine(t, time.Second, func(l string) bool { return strings.Contains(l, `"user":"drill-k-0"`) })
-	if strings.Contains(line, `"lock":`) {
+	// A is dead: its log is complete. The kill may come before the
+	// leader's order is logged (its answer races the second batch, see
+	// retryKilled); then this run cannot tell, and says so.
+	line, found, _, _ := a.log.find(func(l string) bool { return strings.Contains(l, `"user":"drill-k-0"`) })
+	switch {
+	case !found:
+		t.Log("A was killed before it logged the leader's order: the no-lock check is left to other runs")
+	case strings.Contains(line, `"lock":`):
 		t.Errorf("the leader's quiet order took the lock: %s", line)
 	}
 	d.retryKilled(products, replies, errs)
