@@ -161,7 +161,9 @@ func TestReleaseMessageIsOnlyAHint(t *testing.T) {
 	}
 	// The waiter tries again (a second attempt) and is refused.
 	waitClosed(t, refused.reached, 10*time.Second, "the woken waiter tries again and is refused")
-	if got := r.count(t, k, held.Token()); got != 5 {
+	// Lock returns at a majority: a node may still be setting the token
+	// (or may have timed out on a loaded machine); a majority is the hold.
+	if got := r.count(t, k, held.Token()); got < 3 {
 		t.Fatalf("the holder's token is on %d nodes", got)
 	}
 	select {
