@@ -54,7 +54,9 @@ func backend(t *testing.T) locktest.Backend {
 	return locktest.Backend{
 		TTL: 6 * time.Second,
 		New: func(t *testing.T, ttl, maxWait time.Duration) lease.Locker {
-			return newLocker(t, bed, etcdlock.WithTTL(ttl), etcdlock.WithMaxWait(maxWait))
+			// A node timeout for a loaded machine (make test runs two suites at once):
+			// an unconfirmed release there is the load, not the lock.
+			return newLocker(t, bed, etcdlock.WithTTL(ttl), etcdlock.WithMaxWait(maxWait), etcdlock.WithNodeTimeout(2*time.Second))
 		},
 		Drop: func(t *testing.T, le lease.Lease) {
 			if _, err := admin.Revoke(ctxT(t), leaseID(t, le)); err != nil {

@@ -35,7 +35,8 @@ func newPrimBed(t *testing.T, opts ...quorum.Option) *primBed {
 		}
 		nodes[i] = c
 	}
-	l, err := quorum.New(nodes, append([]quorum.Option{quorum.WithTTL(time.Minute)}, opts...)...)
+	// A node timeout for a loaded machine: the first requests also dial and load the scripts.
+	l, err := quorum.New(nodes, append([]quorum.Option{quorum.WithTTL(time.Minute), quorum.WithNodeTimeout(2 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
