@@ -82,7 +82,7 @@ func testRWReadersShare(t *testing.T, bed *testbed.Bed, admin *clientv3.Client) 
 // it leaves, both can.
 func testRWWriterExcludes(t *testing.T, bed *testbed.Bed) {
 	a := newLocker(t, bed, etcdlock.WithTTL(sessionTTL))
-	b := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(200*time.Millisecond))
+	b := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(time.Second))
 	wl, err := newRW(t, a, "excl").TryLock(ctxT(t))
 	if err != nil {
 		t.Fatal(err)

@@ -170,7 +170,7 @@ func testSemTryWhenFull(t *testing.T, bed *testbed.Bed, admin *clientv3.Client) 
 	if _, err := newSem(t, b, "full", 2).TryAcquire(ctxT(t)); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("TryAcquire with both permits held: %v, want ErrNotAcquired", err)
 	}
-	short := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(200*time.Millisecond))
+	short := newLocker(t, bed, etcdlock.WithTTL(sessionTTL), etcdlock.WithMaxWait(time.Second))
 	if _, err := newSem(t, short, "full", 2).Acquire(ctxT(t)); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("Acquire past the maximum wait: %v, want ErrNotAcquired", err)
 	}
