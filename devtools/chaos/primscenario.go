@@ -15,20 +15,28 @@ import (
 // restarts one node at a time; and the per-node counter semaphore with no
 // fault at all (quorum's Redis only).
 func primScenarios(lock string) []Scenario {
-	ttl, nodes := 1500*time.Millisecond, "one Redis node at a time is paused, partitioned, or killed and restarted (with or without its data; guard on)"
+	ttl, nodes := 1500*time.Millisecond, "one Redis node at a time is paused, partitioned, killed and restarted (with or without its data; guard on), "+
+		"or has its wall clock jumped 1.5 to 3 TTL ahead; then one worker at a time is cut off from two nodes through its own links"
+	// A wall clock jump makes a Redis node expire keys early, which the
+	// restart guard does not see: two of them within one extended lease
+	// let a second holder in, so quorum's rows may double grant (the
+	// fence must hold the resource). etcd expires a lease only when its
+	// monotonic clock agrees: its rows must not.
+	grant := (*bool)(nil)
 	if lock == LockEtcd {
-		ttl, nodes = etcdTTL, "the leader, then a follower, in turn, is paused, partitioned, or killed and restarted with its data"
+		ttl, grant = etcdTTL, no()
+		nodes = "the leader, then a follower, in turn, is paused, partitioned, killed and restarted with its data, or has its wall clock jumped 1.5 to 3 TTL ahead"
 	}
 	const paused = " SIGSTOPped past its TTL until another "
 	s := []Scenario{
 		{Name: "semaphore", Prim: PrimSemaphore, Guard: lock == LockQuorum, TTL: ttl, LongFrac: 0.1, Short: lock == LockQuorum, Staged: true, Rounds: 3,
-			drive: primFaults,
+			DoubleGrant: grant, drive: primFaults,
 			Faults: "4 workers on a semaphore of 2 permits, each entering the resource with its permit's fence (a row per permit key), " +
 				"a tenth of the holds past the TTL; a holder" + paused + "holder of its permit wrote, while " + nodes},
-		{Name: "rwlock", Prim: PrimRWLock, Guard: lock == LockQuorum, TTL: ttl, Staged: true, Rounds: 3, drive: primFaults,
+		{Name: "rwlock", Prim: PrimRWLock, Guard: lock == LockQuorum, TTL: ttl, Staged: true, Rounds: 3, DoubleGrant: grant, drive: primFaults,
 			Faults: "4 workers reading (a read lease, no fence) or writing (the write lease, fenced) at random; a writer" + paused +
 				"writer wrote, before it enters the resource (readers are never paused: they carry no fence), while " + nodes},
-		{Name: "election", Prim: PrimElection, Guard: lock == LockQuorum, TTL: ttl, LongFrac: 0.1, Staged: true, Rounds: 3, drive: primFaults,
+		{Name: "election", Prim: PrimElection, Guard: lock == LockQuorum, TTL: ttl, LongFrac: 0.1, Staged: true, Rounds: 3, DoubleGrant: grant, drive: primFaults,
 			Faults: "4 candidates; the leader writes with its term, holds (a tenth past the TTL), writes again, resigns; a leader" + paused +
 				"leader wrote with a newer term, while " + nodes},
 	}
@@ -44,35 +52,45 @@ func primScenarios(lock string) []Scenario {
 }
 
 // primFaults pauses holders past their TTL (clientPause, Rounds times)
-// while a nemesis pauses, partitions, and kills and restarts one node at a
-// time (2*Rounds steps).
+// while, one at a time, a nemesis pauses, partitions, kills and restarts,
+// or jumps the wall clock of one node (2*Rounds steps), and then, on
+// quorum, one worker at a time is cut off from two Redis nodes through its
+// own links (Rounds times).
 func primFaults(ctx context.Context, r *run) (int, error) {
-	kinds := []nemesis.Kind{nemesis.Pause, nemesis.Partition, nemesis.KillRestartKeep, nemesis.KillRestartEmpty}
+	kinds := []nemesis.Kind{nemesis.Pause, nemesis.Partition, nemesis.KillRestartKeep, nemesis.KillRestartEmpty, nemesis.ClockJump}
 	if r.sc.Lock == LockEtcd {
-		kinds = kinds[:3] // the bed restarts an etcd member with its data only
+		// The bed restarts an etcd member with its data only.
+		kinds = []nemesis.Kind{nemesis.Pause, nemesis.Partition, nemesis.KillRestartKeep, nemesis.ClockJump}
 	}
-	return pauseAmid(ctx, r, kinds)
+	return pauseAmid(ctx, r, func(ctx context.Context, r *run) (int, error) {
+		n, err := runNemesis(ctx, r, 2*r.sc.Rounds, kinds...)
+		if err != nil || r.sc.Lock == LockEtcd {
+			return n, err
+		}
+		m, err := partitionFromOne(ctx, r)
+		return n + m, err
+	})
 }
 
-// pauseAmid runs clientPause while a nemesis of kinds runs 2*Rounds
-// steps, and returns when both are done.
-func pauseAmid(ctx context.Context, r *run, kinds []nemesis.Kind) (int, error) {
+// pauseAmid runs clientPause while nodes injects the node faults, and
+// returns when both are done.
+func pauseAmid(ctx context.Context, r *run, nodes func(context.Context, *run) (int, error)) (int, error) {
 	nctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type done struct {
 		n   int
 		err error
 	}
-	nodes := make(chan done, 1)
+	faults := make(chan done, 1)
 	go func() {
-		n, err := runNemesis(nctx, r, 2*r.sc.Rounds, kinds...)
-		nodes <- done{n, err}
+		n, err := nodes(nctx, r)
+		faults <- done{n, err}
 	}()
 	paused, err := clientPause(ctx, r)
 	if err != nil {
 		cancel() // the nemesis heals what it broke and returns
 	}
-	d := <-nodes
+	d := <-faults
 	return paused + d.n, errors.Join(err, d.err)
 }
 

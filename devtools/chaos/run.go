@@ -250,7 +250,8 @@ func (e *Env) reset(ctx context.Context) error {
 	return err
 }
 
-// resetRedis heals every link and node and empties the nodes.
+// resetRedis heals every link and node, sets every node's wall clock
+// back (on a bed with Options.Clock), and empties the nodes.
 func (e *Env) resetRedis(ctx context.Context) error {
 	for _, row := range e.links {
 		for _, lk := range row {
@@ -262,8 +263,12 @@ func (e *Env) resetRedis(ctx context.Context) error {
 			}
 		}
 	}
-	for _, n := range e.bed.Redis {
+	for i, n := range e.bed.Redis {
 		_ = n.Resume(ctx)
+		if err := n.SetClockOffset(ctx, 0); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			return err
+		}
+		e.clock[i] = 0
 		if err := n.AddLatency(ctx, 0); err != nil {
 			return err
 		}

@@ -308,7 +308,7 @@ func nodeFaults(kind nemesis.Kind) func(ctx context.Context, r *run) (int, error
 // and a follower in turn.
 func runNemesis(ctx context.Context, r *run, steps int, kinds ...nemesis.Kind) (int, error) {
 	opts := nemesis.PlanOptions{Seed: r.seed, Nodes: len(r.env.bed.Redis), Steps: steps,
-		Kinds: kinds, MaxFor: 2 * r.sc.TTL, MaxDelay: r.sc.TTL / 10 * 3 / 2}
+		Kinds: kinds, MaxFor: 2 * r.sc.TTL, MaxDelay: r.sc.TTL / 10 * 3 / 2, MaxJump: 3 * r.sc.TTL}
 	cluster := nemesis.Redis(r.env.bed.Redis)
 	if r.sc.Lock == LockEtcd {
 		opts.Nodes, opts.Roles, opts.MaxFor = len(r.env.bed.Etcd), true, r.sc.TTL
@@ -339,7 +339,9 @@ func cartFaults(ctx context.Context, r *run) (int, error) {
 	if r.sc.Lock == LockEtcd {
 		kinds = kinds[:2] // the bed restarts an etcd member with its data only
 	}
-	return pauseAmid(ctx, r, kinds)
+	return pauseAmid(ctx, r, func(ctx context.Context, r *run) (int, error) {
+		return runNemesis(ctx, r, 2*r.sc.Rounds, kinds...)
+	})
 }
 
 // partitionFromOne cuts two nodes off from one worker at a time, through

@@ -34,9 +34,13 @@ const (
 	KillRestartKeep
 	// KillRestartEmpty kills the node and restarts it without its data.
 	KillRestartEmpty
+	// ClockJump moves the node's wall clock forward by Step.Delay, then,
+	// after Step.For, back to the real time. It needs nodes with a clock
+	// to move (Clocked: a bed started with testbed.Options.Clock).
+	ClockJump
 )
 
-var kindNames = [...]string{"pause", "partition", "latency", "kill+restart(keep)", "kill+restart(empty)"}
+var kindNames = [...]string{"pause", "partition", "latency", "kill+restart(keep)", "kill+restart(empty)", "clock-jump"}
 
 func (k Kind) String() string {
 	if k < 0 || int(k) >= len(kindNames) {
@@ -45,8 +49,15 @@ func (k Kind) String() string {
 	return kindNames[k]
 }
 
-// AllKinds lists every fault.
+// AllKinds lists every fault that any bed's nodes take; ClockJump, which
+// needs nodes with a clock to move, is not among them.
 var AllKinds = []Kind{Pause, Partition, Latency, KillRestartKeep, KillRestartEmpty}
+
+// Clocked is a node whose wall clock a ClockJump step can move.
+type Clocked interface {
+	// SetClockOffset sets the node's wall clock to d from the real one.
+	SetClockOffset(ctx context.Context, d time.Duration) error
+}
 
 // Step is one fault on one node.
 type Step struct {
@@ -55,7 +66,8 @@ type Step struct {
 	// For is how long the fault lasts before it is healed (for kills: how
 	// long the node stays down).
 	For time.Duration
-	// Delay is the added latency, for Latency steps.
+	// Delay is the added latency, for Latency steps, and the size of the
+	// jump, for ClockJump steps.
 	Delay time.Duration
 	// Gap is the quiet time after the step heals.
 	Gap time.Duration
@@ -70,8 +82,11 @@ func (s Step) String() string {
 	if s.Role != AnyNode {
 		node += " (" + s.Role.String() + ")"
 	}
-	if s.Kind == Latency {
+	switch s.Kind {
+	case Latency:
 		return fmt.Sprintf("%s: %s %v for %v", node, s.Kind, s.Delay, s.For)
+	case ClockJump:
+		return fmt.Sprintf("%s: %s +%v for %v", node, s.Kind, s.Delay, s.For)
 	}
 	return fmt.Sprintf("%s: %s for %v", node, s.Kind, s.For)
 }
@@ -87,6 +102,9 @@ type PlanOptions struct {
 	MaxFor time.Duration
 	// MaxDelay bounds added latency (default 100ms).
 	MaxDelay time.Duration
+	// MaxJump bounds a clock jump (default 2*MaxFor); a jump is drawn
+	// from MaxJump/2 to MaxJump, so that it outlasts what it aims at.
+	MaxJump time.Duration
 	// Roles aims the steps at the leader (even steps) and at a follower
 	// (odd steps) of a cluster that has one; the rest of the plan is drawn
 	// as without it.
@@ -111,6 +129,9 @@ func Plan(opts PlanOptions) ([]Step, error) {
 	if opts.MaxDelay <= 0 {
 		opts.MaxDelay = 100 * time.Millisecond
 	}
+	if opts.MaxJump <= 0 {
+		opts.MaxJump = 2 * opts.MaxFor
+	}
 	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
 	plan := make([]Step, opts.Steps)
 	for i := range plan {
@@ -120,8 +141,11 @@ func Plan(opts PlanOptions) ([]Step, error) {
 			For:  time.Duration(1+rng.Int64N(int64(opts.MaxFor))) * time.Nanosecond,
 			Gap:  time.Duration(rng.Int64N(int64(opts.MaxFor/2) + 1)),
 		}
-		if s.Kind == Latency {
+		switch s.Kind {
+		case Latency:
 			s.Delay = time.Duration(1 + rng.Int64N(int64(opts.MaxDelay)))
+		case ClockJump:
+			s.Delay = opts.MaxJump/2 + time.Duration(rng.Int64N(int64(opts.MaxJump/2)+1))
 		}
 		if opts.Roles {
 			s.Role = []Role{Leader, Follower}[i%2]
@@ -152,6 +176,11 @@ func RunOn(ctx context.Context, c Cluster, plan []Step, log func(Step)) error {
 		if s.Kind == KillRestartEmpty && c.DataKept {
 			return fmt.Errorf("nemesis: step %v: %w: the cluster's nodes restart with their data only", s, errors.ErrUnsupported)
 		}
+		if s.Kind == ClockJump {
+			if err := c.clocked(); err != nil {
+				return fmt.Errorf("nemesis: step %v: %w", s, err)
+			}
+		}
 	}
 	for _, s := range plan {
 		if ctx.Err() != nil {
@@ -165,6 +194,17 @@ func RunOn(ctx context.Context, c Cluster, plan []Step, log func(Step)) error {
 			return fmt.Errorf("nemesis: %v: %w", s, err)
 		}
 		_ = wait.Sleep(ctx, s.Gap)
+	}
+	return nil
+}
+
+// clocked checks that a ClockJump step, whichever node it resolves to,
+// finds a clock to move.
+func (c Cluster) clocked() error {
+	for _, n := range c.Nodes {
+		if _, ok := n.(Clocked); !ok {
+			return fmt.Errorf("%w: node %s has no clock to move", errors.ErrUnsupported, n.Name())
+		}
 	}
 	return nil
 }
@@ -197,6 +237,13 @@ func apply(ctx context.Context, n Target, s Step) error {
 		}
 		_ = wait.Sleep(ctx, s.For)
 		return n.Restart(heal, s.Kind == KillRestartKeep)
+	case ClockJump:
+		c := n.(Clocked) // RunOn checked
+		if err := c.SetClockOffset(ctx, s.Delay); err != nil {
+			return err
+		}
+		_ = wait.Sleep(ctx, s.For)
+		return c.SetClockOffset(heal, 0)
 	}
 	return fmt.Errorf("unknown fault %v", s.Kind)
 }

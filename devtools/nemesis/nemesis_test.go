@@ -93,6 +93,64 @@ func (f fakeNode) Restart(_ context.Context, keep bool) error {
 	return f.rec("restart")
 }
 
+// clockNode is a fakeNode with a clock.
+type clockNode struct{ fakeNode }
+
+func (c clockNode) SetClockOffset(_ context.Context, d time.Duration) error {
+	return c.rec("clock " + d.String())
+}
+
+// TestClockJump: a plan draws jumps within its bounds; a jump moves the
+// node's clock forward and back; a cluster without clocks refuses it.
+func TestClockJump(t *testing.T) {
+	opts := nemesis.PlanOptions{Seed: 5, Nodes: 2, Steps: 20, Kinds: []nemesis.Kind{nemesis.ClockJump}, MaxFor: time.Millisecond, MaxJump: 4 * time.Second}
+	plan, err := nemesis.Plan(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range plan {
+		if s.Delay < 2*time.Second || s.Delay > 4*time.Second {
+			t.Fatalf("jump out of bounds: %v", s)
+		}
+	}
+	var calls []string
+	step := nemesis.Step{Node: 1, Kind: nemesis.ClockJump, Delay: 3 * time.Second, For: time.Millisecond}
+	c := nemesis.Cluster{Nodes: []nemesis.Target{clockNode{fakeNode{"n0", &calls}}, clockNode{fakeNode{"n1", &calls}}}}
+	if err := nemesis.RunOn(context.Background(), c, []nemesis.Step{step}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"n1 clock 3s", "n1 clock 0s"}; !slices.Equal(calls, want) {
+		t.Fatalf("calls %v, want %v", calls, want)
+	}
+	c.Nodes[0] = fakeNode{"n0", &calls}
+	if err := nemesis.RunOn(context.Background(), c, []nemesis.Step{step}, nil); !errors.Is(err, errors.ErrUnsupported) || len(calls) != 2 {
+		t.Fatalf("a jump on a cluster with a node without a clock: %v, calls %v", err, calls)
+	}
+}
+
+// TestClockJumpOnRedis: a jump past a key's TTL makes a real Redis node
+// expire it; the node's clock comes back to the real time.
+func TestClockJumpOnRedis(t *testing.T) {
+	bed := bedtest.Start(t, testbed.Options{Redis: 1, Clock: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := bedtest.RedisClients(t, bed)[0]
+	if err := c.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	step := nemesis.Step{Node: 0, Kind: nemesis.ClockJump, Delay: 2 * time.Minute, For: 50 * time.Millisecond}
+	if err := nemesis.Run(ctx, bed.Redis, []nemesis.Step{step}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("the key outlived a jump past its TTL: exists %d, %v", n, err)
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil || now.Sub(time.Now()).Abs() > 10*time.Second {
+		t.Fatalf("the node's clock after the jump: %v (%v), ours %v", now, err, time.Now())
+	}
+}
+
 // TestRolesAimAtTheLeaderAndAFollower: a plan with Roles alternates
 // leader and follower steps, draws the rest as without them, and each step
 // hits the member with its role when it runs; with no leader to be found,
