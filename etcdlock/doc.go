@@ -108,9 +108,11 @@
 // count that a crash between creating and counting leaves wrong. A
 // permit's fence is its slot key's create revision (the revision of the
 // claim), or the Fencer's token on its Key. A waiter watches the slots for
-// a release; one Locker's waiters stand in a line, and only the oldest
-// tries, so a younger one of that Locker does not take a freed permit
-// while an older one waits (waiters of different Lockers race). The
+// a release; one Locker's waiters stand in a line, and only the oldest of
+// them, as many as there are permits, try, so up to that many claims are
+// in flight at once while a younger waiter of that Locker beyond them does
+// not take a freed permit (those within the window, and waiters of
+// different Lockers, race). The
 // count is stored beside the slots; a handle with another count fails
 // while any permit is held, and replaces the count when none is.
 //

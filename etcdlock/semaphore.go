@@ -72,14 +72,16 @@ func (sm *Semaphore) Permits() int { return sm.permits }
 // Acquire takes a permit, waiting while every permit is held, until ctx
 // ends or WithMaxWait passes: the errors are Lock's, plus one matching
 // lease.ErrPermitsMismatch. The Acquire calls of one Locker on one
-// semaphore are served oldest first. The Lease returned is a *Lease.
+// semaphore are served oldest first: the oldest Permits of them claim at
+// once, and a younger one comes in as one of them leaves. The Lease
+// returned is a *Lease.
 func (sm *Semaphore) Acquire(ctx context.Context) (lease.Lease, error) {
 	return held(sm.acquire(ctx, true))
 }
 
 // TryAcquire makes one attempt: it fails with lease.ErrNotAcquired when
-// every permit is held, and also while an Acquire call of this Locker
-// waits for one (it does not pass it).
+// every permit is held, and also while as many Acquire calls of this
+// Locker as there are permits are in line (it does not pass them).
 func (sm *Semaphore) TryAcquire(ctx context.Context) (lease.Lease, error) {
 	return held(sm.acquire(ctx, false))
 }
@@ -100,18 +102,18 @@ func (sm *Semaphore) acquire(ctx context.Context, wait bool) (*Lease, error) {
 }
 
 // claim claims a slot. Waiting, it stands in the Locker's line for the
-// semaphore, and at its head tries, then watches the slots for a release
-// and tries again, until ctx ends.
+// semaphore, and once within its window tries, then watches the slots for
+// a release and tries again, until ctx ends.
 func (sm *Semaphore) claim(wait bool) claim {
 	return func(ctx context.Context, s *session) (claimed, error) {
 		if !wait {
-			if sm.l.queues.waiting(sm.name) > 0 {
+			if sm.l.queues.full(sm.name) {
 				return claimed{}, errFull
 			}
 			c, _, err := sm.attempt(ctx, s)
 			return c, err
 		}
-		turn := sm.l.queues.join(sm.name)
+		turn := sm.l.queues.join(sm.name, sm.permits)
 		defer sm.l.queues.leave(sm.name, turn)
 		select {
 		case <-turn:
