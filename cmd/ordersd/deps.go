@@ -96,13 +96,19 @@ func dependencies(ctx context.Context, cfg config, log *slog.Logger, reg *promet
 }
 
 // openDatabase runs the migrations when configured to, and opens the pool.
+// The URL gets the defaults of withDBDefaults: with several hosts, it
+// connects to the one that takes writes.
 func openDatabase(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+	url, err := withDBDefaults(cfg.databaseURL)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.migrate {
-		if _, err := store.MigrateDSN(ctx, cfg.databaseURL); err != nil {
+		if _, err := store.MigrateDSN(ctx, url); err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
 	}
-	pool, err := pgxpool.New(ctx, cfg.databaseURL)
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

@@ -30,7 +30,8 @@ func routes(d *deps, cfg config) http.Handler {
 }
 
 // readyz answers /readyz: 200 "ready", 200 "ready (degraded: ...)" when
-// orders are still taken with a Redis fault, or 503 "not ready: ...". The
+// orders are still taken with a Redis fault, or 503 "not ready: ...";
+// with several Postgres hosts, a second line names the primary. The
 // answer names what is wrong, never a driver's error (which can carry hosts
 // and user names); the log has the details.
 func readyz(d *deps, cfg config) http.HandlerFunc {
@@ -43,16 +44,17 @@ func readyz(d *deps, cfg config) http.HandlerFunc {
 			http.Error(w, body, status)
 		case body != "ready":
 			d.log.Warn("ready, degraded", "redis", h.redisErr(), "etcd", h.etcdErr)
-			_, _ = io.WriteString(w, body+"\n")
+			_, _ = io.WriteString(w, body+"\n"+h.primaryLine())
 		default:
-			_, _ = io.WriteString(w, "ready\n")
+			_, _ = io.WriteString(w, "ready\n"+h.primaryLine())
 		}
 	}
 }
 
 // health is what a readiness probe found.
 type health struct {
-	pgErr     error   // Postgres did not answer
+	pgErr     error   // Postgres did not answer, or answered as a standby
+	primary   primary // the host of ORDERS_DATABASE_URL that answered
 	masters   int     // the Redis masters
 	up        int     // of which answered
 	redisErrs []error // the others' errors, for the log
@@ -60,15 +62,21 @@ type health struct {
 	etcdErr   error   // etcd did not answer a read with a leader
 }
 
-// readiness pings Postgres, every Redis master and, for the etcd backend,
-// the etcd cluster (a read that needs a leader), within 2s in all.
+// readiness asks Postgres whether it takes writes (and which host of the
+// URL answered), pings every Redis master and, for the etcd backend, the
+// etcd cluster (a read that needs a leader), within 2s in all; Postgres is
+// asked beside the others.
 func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.UniversalClient, etcdUp func(context.Context) error) health {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	h := health{masters: len(clients), etcd: etcdUp != nil}
-	if err := pool.Ping(ctx); err != nil {
-		h.pgErr = fmt.Errorf("postgres: %w", err)
-	}
+	pg := make(chan struct{})
+	go func() { // a connection may first try a host that does not answer
+		defer close(pg)
+		if h.primary, h.pgErr = probePrimary(ctx, pool); h.pgErr != nil {
+			h.pgErr = fmt.Errorf("postgres: %w", h.pgErr)
+		}
+	}()
 	if etcdUp != nil {
 		if err := etcdUp(ctx); err != nil {
 			h.etcdErr = fmt.Errorf("etcd: %w", err)
@@ -81,7 +89,17 @@ func readiness(ctx context.Context, pool *pgxpool.Pool, clients []redis.Universa
 		}
 		h.up++
 	}
+	<-pg
 	return h
+}
+
+// primaryLine names the primary when ORDERS_DATABASE_URL has several
+// hosts (by its place in the URL, not its address); empty otherwise.
+func (h health) primaryLine() string {
+	if h.primary.hosts < 2 {
+		return ""
+	}
+	return "postgres primary: " + h.primary.String() + "\n"
 }
 
 // majority reports whether a majority of the masters answered: the lock
@@ -116,7 +134,10 @@ func (h health) verdict(useLock bool, fallback orders.Fallback) (int, string) {
 	lockOnRedis := useLock && !h.etcd
 	if h.pgErr != nil || (lockLost && fallback == orders.FallbackReject) {
 		msg := "not ready:"
-		if h.pgErr != nil {
+		switch {
+		case errors.Is(h.pgErr, errReadOnly):
+			msg += " Postgres answers as a standby only (no primary);"
+		case h.pgErr != nil:
 			msg += " Postgres does not answer;"
 		}
 		switch {

@@ -95,8 +95,9 @@ func (r runner) loop(ctx context.Context) error {
 }
 
 // runners are the background jobs of this instance: the payment
-// reconciler and the housekeeping (expiry and purges), and the outbox
-// relay and the invariant watchdog when they are on.
+// reconciler, the housekeeping (expiry and purges) and the watch on the
+// Postgres primary, and the outbox relay and the invariant watchdog when
+// they are on.
 func runners(cfg config, d *deps) []runner {
 	hk := housekeeping{store: d.store, relay: d.relay, svc: d.svc, hold: cfg.hold, outcomeRetention: cfg.outcomeRetention,
 		outboxRetention: cfg.outboxRetention, every: cfg.expireEvery, log: d.log}
@@ -107,6 +108,7 @@ func runners(cfg config, d *deps) []runner {
 			})
 		}},
 		{name: "housekeeping", run: hk.run},
+		{name: "postgres primary watch", run: primaryWatch{pool: d.pool, every: time.Second, timeout: 2 * time.Second, log: d.log}.run},
 	}
 	if d.relay != nil {
 		rs = append(rs, runner{name: "outbox relay", run: d.relay.Run})
