@@ -3,7 +3,8 @@
 # is missing.
 #
 #   scripts/deps.sh          everything `make test` needs: redis-server,
-#                            PostgreSQL and etcd-server for the local
+#                            PostgreSQL, pg_auto_failover (the test bed's
+#                            Postgres HA group) and etcd-server for the local
 #                            provider, debootstrap for building the Docker
 #                            images, prometheus for promtool (the alert rules'
 #                            checks and unit tests in deploy/prometheus), and
@@ -28,6 +29,14 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   missing+=(postgresql)
 fi
 if [ "$scope" = all ]; then
+  # pg_auto_failover's extension is built for one PostgreSQL major: the one
+  # installed (the highest, if several), else the one the postgresql
+  # package brings on Debian bookworm. Its package brings pg_autoctl.
+  pg_major=$(ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sed 's|^/usr/lib/postgresql/\([0-9]*\)/.*|\1|' | sort -n | tail -n 1)
+  pg_major=${pg_major:-15}
+  if ! command -v pg_autoctl >/dev/null 2>&1 || [ ! -e "/usr/lib/postgresql/$pg_major/lib/pgautofailover.so" ]; then
+    missing+=("postgresql-$pg_major-auto-failover")
+  fi
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
   command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
@@ -55,7 +64,7 @@ if [ ${#missing[@]} -eq 0 ]; then
   if [ "$scope" = demo ]; then
     echo "deps: redis-server and postgresql are installed"
   else
-    echo "deps: redis-server, postgresql, etcd, debootstrap and promtool are installed$(command -v docker-compose >/dev/null 2>&1 && echo ', and docker-compose')"
+    echo "deps: redis-server, postgresql, pg_auto_failover, etcd, debootstrap and promtool are installed$(command -v docker-compose >/dev/null 2>&1 && echo ', and docker-compose')"
   fi
   exit 0
 fi

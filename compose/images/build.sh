@@ -7,9 +7,11 @@
 #
 # One Debian bookworm rootfs is bootstrapped with debootstrap from the mirror
 # in this machine's apt configuration, redis-server, etcd-server,
-# postgresql-15 and prometheus are installed into it, a Postgres data dir is
-# initialised, and the tree is imported four times with `docker import`, each
-# time with its own metadata (the images share their one layer):
+# postgresql-15 (with pg_auto_failover: postgresql-15-auto-failover, which
+# brings pg_autoctl) and prometheus are installed into it, a Postgres data
+# dir is initialised, and the tree is imported four times with `docker
+# import`, each time with its own metadata (the images share their one
+# layer):
 #
 #   ${QUORUMLOCK_REDIS_IMAGE:-quorumlock/redis:bookworm}
 #   ${QUORUMLOCK_ETCD_IMAGE:-quorumlock/etcd:bookworm}
@@ -34,7 +36,7 @@ readonly PROMETHEUS_IMAGE=${QUORUMLOCK_PROMETHEUS_IMAGE:-quorumlock/prometheus:$
 readonly PROM_DATA=/prometheus
 readonly ETCD_DATA=/var/lib/etcd
 readonly IMAGES=("$REDIS_IMAGE" "$ETCD_IMAGE" "$POSTGRES_IMAGE" "$PROMETHEUS_IMAGE")
-readonly PACKAGES=(redis-server etcd-server "postgresql-${PG_MAJOR}" prometheus)
+readonly PACKAGES=(redis-server etcd-server "postgresql-${PG_MAJOR}" "postgresql-${PG_MAJOR}-auto-failover" prometheus)
 
 log() { printf '[images] %s\n' "$*"; }
 die() { printf '[images] error: %s\n' "$*" >&2; exit 1; }
@@ -354,6 +356,7 @@ in_root apt-get -q -y -o Dpkg::Options::=--force-confold dist-upgrade >"$work/ap
 in_root apt-get -q -y -o Dpkg::Options::=--force-confold install "${PACKAGES[@]}" >>"$work/apt.log" 2>&1 ||
 	{ tail -n 30 "$work/apt.log" >&2; die "apt-get install ${PACKAGES[*]} in the rootfs failed"; }
 in_root "$PG_BIN/postgres" --version | sed 's/^/[images]   /'
+in_root pg_autoctl --version | sed -n '1s/^/[images]   /p'
 in_root redis-server --version | sed 's/^/[images]   /'
 in_root etcd --version | sed -n '1s/^/[images]   /p'
 in_root prometheus --version 2>&1 | sed -n '1s/^/[images]   /p'

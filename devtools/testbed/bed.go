@@ -21,6 +21,8 @@ type Bed struct {
 	Etcd []*EtcdNode
 	// Postgres is the Postgres server, or nil when none was asked for.
 	Postgres *PostgresNode
+	// PostgresHA is the Postgres HA group, or nil when none was asked for.
+	PostgresHA *PostgresGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -57,6 +59,14 @@ func New(ctx context.Context, opts Options) (*Bed, error) {
 		}
 		b.Postgres = pg
 		b.closers = append(b.closers, pg.close)
+	}
+	if opts.PostgresHA {
+		g, err := startPostgresGroup(ctx, p, opts)
+		if err != nil {
+			return fail(fmt.Errorf("start the postgres HA group: %w", err))
+		}
+		b.PostgresHA = g
+		b.closers = append(b.closers, g.close)
 	}
 	if err := b.startRedis(ctx, p, opts, shim); err != nil {
 		return fail(fmt.Errorf("start redis: %w", err))

@@ -1,5 +1,6 @@
-// Package testbed starts real Redis masters, a real etcd cluster and a real
-// Postgres for tests and demos, and injects faults into them.
+// Package testbed starts real Redis masters, a real etcd cluster, a real
+// Postgres and a Postgres HA group for tests and demos, and injects faults
+// into them.
 //
 // A bed has N independent Redis masters (no replication between them),
 // optionally an etcd cluster of an odd number of members, and optionally
@@ -49,6 +50,18 @@
 // majority follows. The package reaches the members through etcd's HTTP
 // JSON gateway and links neither etcd's client nor gRPC; clients of the
 // members come from devtools/testbed/etcdbed.
+//
+// With Options.PostgresHA, on the local provider only, the bed also runs a
+// Postgres HA group (PostgresGroup): a pg_auto_failover monitor and two
+// data nodes, a primary and a synchronous standby, whose multi-host URI
+// reaches whichever is the primary. Each data node sits behind a proxy
+// whose address it registers with the monitor, so clients, replication and
+// the monitor's health checks all cross it. Its nodes have Pause/Resume,
+// Kill/Restart (the whole pg_autoctl service: keeper, Postgres and its
+// backends), Partition/Heal (from clients, the monitor and the other node)
+// and AddLatency; the group has Switchover, and tells which node is the
+// primary. Failover timeouts are short by default: a killed primary is
+// replaced within about 13 s (FastPostgresHATimeouts).
 //
 // One node type holds the lifecycle of every server (start, pause,
 // resume, kill, restart with or without data), its state and its
@@ -120,6 +133,14 @@ type Options struct {
 	Etcd int
 	// Postgres starts one Postgres server when true.
 	Postgres bool
+	// PostgresHA starts a Postgres HA group when true: a pg_auto_failover
+	// monitor, a primary and a synchronous standby (see PostgresGroup).
+	// It runs on the local provider only: auto picks local for it, and
+	// docker refuses it.
+	PostgresHA bool
+	// PostgresHATimeouts are the group's failover settings; nil takes
+	// FastPostgresHATimeouts.
+	PostgresHATimeouts *PostgresHATimeouts
 	// Provider is docker, local or auto. Empty means $QUORUMLOCK_TESTBED, or auto.
 	Provider string
 	// AppendFsync is the Redis AOF policy: always (the default, so a killed
@@ -144,8 +165,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Etcd < 0 || o.Etcd%2 == 0 && o.Etcd != 0 {
 		return o, fmt.Errorf("testbed: Options.Etcd is %d, want 0 or an odd number (3 normally)", o.Etcd)
 	}
-	if o.Redis == 0 && o.Etcd == 0 && !o.Postgres {
-		return o, errors.New("testbed: Options asks for nothing: set Redis > 0, Etcd > 0 or Postgres")
+	if o.Redis == 0 && o.Etcd == 0 && !o.Postgres && !o.PostgresHA {
+		return o, errors.New("testbed: Options asks for nothing: set Redis > 0, Etcd > 0, Postgres or PostgresHA")
 	}
 	if o.Provider == "" {
 		o.Provider = os.Getenv(EnvProvider)
@@ -157,6 +178,12 @@ func (o Options) withDefaults() (Options, error) {
 	case ProviderDocker, ProviderLocal, ProviderAuto:
 	default:
 		return o, fmt.Errorf("testbed: unknown provider %q: want docker, local or auto (%s)", o.Provider, EnvProvider)
+	}
+	if o.PostgresHA {
+		if o.Provider == ProviderDocker {
+			return o, errors.New("testbed: Options.PostgresHA runs on the local provider only, not docker")
+		}
+		o.Provider = ProviderLocal
 	}
 	switch o.AppendFsync {
 	case "":
