@@ -13,3 +13,7 @@ const (
 	// each row of TestChaosShort; 0 keeps each scenario's own.
 	chaosRounds = 1
 )
+
+// haFaults are the faults of TestPostgresFailover, one after the other on
+// one group.
+var haFaults = []string{"kill", "switchover"}

@@ -8,3 +8,7 @@ const (
 	floodCopies = 1_000
 	chaosRounds = 0
 )
+
+// haFaults are the faults of TestPostgresFailover, one after the other on
+// one group.
+var haFaults = []string{"kill", "pause", "partition", "switchover"}

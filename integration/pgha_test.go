@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,11 +37,13 @@ const haStock = 100_000
 var haProducts = []string{"ha-1", "ha-2", "ha-3", "ha-4"}
 
 // TestPostgresFailover: buyers and triple-clickers order through three
-// ordersd on the group's URI; the primary is SIGKILLed in the middle,
-// the standby takes over, and the old primary comes back as a standby
-// that refuses writes. Every 201 any client saw is an order, one order
-// per key, stock balances, and every fence counter only went up. It
-// reports the time from the kill to the first 201 of a request sent after
+// ordersd on the group's URI while the primary fails, one fault after the
+// other on one group (haFaults: SIGKILL and a switchover in make test;
+// with -tags chaos also SIGSTOP past the failover and a partition from
+// everything): the standby takes over, and the old primary comes back as
+// a standby that refuses writes. Every 201 any client saw is an order, one
+// order per key, stock balances, and every fence counter only went up. It
+// reports, per fault, the time to the first 201 of a request sent after
 // it that placed an order (not a replay from Redis), and the 503s (each
 // with a Retry-After) and timeouts clients saw.
 func TestPostgresFailover(t *testing.T) {
@@ -51,39 +54,63 @@ func TestPostgresFailover(t *testing.T) {
 		ds = append(ds, d.start(fmt.Sprintf("ordersd-%d", i), map[string]string{"ORDERS_LOCK": "auto"}))
 	}
 	ld := startHALoad(d, ds, 12, 4)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ld.waitCreated(t, 50, 30*time.Second)
 	before := fenceCounters(t, d.pool)
-	victim, err := g.Primary(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, f := range haFaults {
+		haFault(ctx, t, g, ld, f)
+		ld.waitCreated(t, ld.created()+50, 30*time.Second)
 	}
-	killed := time.Now()
-	if err := victim.Kill(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first, ok := ld.firstCreatedAfter(killed, 60*time.Second)
-	if !ok {
-		t.Fatalf("no 201 within 60s of the primary's kill; monitor: %v", haEvents(ctx, g))
-	}
-	t.Logf("primary %s killed: first order placed by a request sent after it %v later", victim.Name(), first.Sub(killed).Round(time.Millisecond))
-	if err := victim.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.WaitSteady(ctx); err != nil {
-		t.Fatalf("the old primary did not rejoin: %v; monitor: %v", err, haEvents(ctx, g))
-	}
-	refusesWrites(t, victim.DSN())
-	ld.waitCreated(t, ld.created()+50, 30*time.Second)
 	responses, tally := ld.stop(t, d)
 	t.Logf("load: %s", tally)
 	if tally.timeouts > 0 || tally.noRetryAfter > 0 {
-		t.Errorf("clients hung (%d timeouts) or got a 503 without Retry-After (%d)", tally.timeouts, tally.noRetryAfter)
+		t.Errorf("clients hung (%d timeouts) or got a 503 without Retry-After (%d): %s", tally.timeouts, tally.noRetryAfter, strings.Join(ld.hung, "; "))
+		for _, p := range ds {
+			p.log.mu.Lock()
+			for _, line := range p.log.lines {
+				if !strings.Contains(line, `"level":"INFO"`) || strings.Contains(line, `"duration":`) && !strings.Contains(line, `"status":201`) && !strings.Contains(line, `"status":503`) {
+					t.Logf("%s: %s", p.name, line)
+				}
+			}
+			p.log.mu.Unlock()
+		}
 	}
 	d.pool.Reset() // its connections to the old primary died with it
 	fencesOnlyRose(t, before, fenceCounters(t, d.pool))
 	d.haVerdict(responses)
+}
+
+// haFault fails the primary the way f says, waits for an order placed
+// after it, heals, waits for the group to be steady again, and checks
+// that the old primary refuses writes.
+func haFault(ctx context.Context, t *testing.T, g *testbed.PostgresGroup, ld *haLoad, f string) {
+	t.Helper()
+	victim, err := g.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	inject := map[string]func(context.Context) error{"kill": victim.Kill, "pause": victim.Pause,
+		"partition": victim.Partition, "switchover": g.Switchover}[f]
+	heal := map[string]func(context.Context) error{"kill": victim.Restart, "pause": victim.Resume,
+		"partition": victim.Heal, "switchover": func(context.Context) error { return nil }}[f]
+	if err := inject(ctx); err != nil {
+		t.Fatalf("%s: %v", f, err)
+	}
+	first, ok := ld.firstCreatedAfter(at, 60*time.Second)
+	if err := heal(context.WithoutCancel(ctx)); err != nil {
+		t.Fatalf("%s: heal: %v", f, err)
+	}
+	if !ok {
+		t.Fatalf("%s: no order placed within 60s of the fault on %s; monitor: %v", f, victim.Name(), haEvents(ctx, g))
+	}
+	if err := g.WaitSteady(ctx); err != nil {
+		t.Fatalf("%s: the old primary did not rejoin: %v; monitor: %v", f, err, haEvents(ctx, g))
+	}
+	t.Logf("%s of the primary %s: the first order placed by a request sent after it %v later; the longest stretch without an order placed, from the fault to the group steady again, %v",
+		f, victim.Name(), first.Sub(at).Round(time.Millisecond), ld.longestGap(at, time.Now()).Round(time.Millisecond))
+	refusesWrites(t, victim.DSN())
 }
 
 // startHAKit starts a bed of five masters and a Postgres HA group, and
@@ -240,6 +267,7 @@ type haLoad struct {
 	responses []audit.Response
 	at        []haCreated // every 201 that placed an order
 	tally     haTally
+	hung      []string // the attempts that got no answer
 	changed   chan struct{}
 }
 
@@ -287,7 +315,13 @@ func (l *haLoad) client(user string, clicker bool, seed uint64) {
 func (l *haLoad) untilFinal(user, key, body string, turn int) {
 	for try := 0; try < 200; try++ {
 		sent := time.Now()
-		r, err := l.d.create(l.ds[(turn+try)%len(l.ds)], user, key, body)
+		p := l.ds[(turn+try)%len(l.ds)]
+		r, err := l.d.create(p, user, key, body)
+		if err != nil {
+			l.mu.Lock()
+			l.hung = append(l.hung, fmt.Sprintf("%s %s to %s at %s: %v", user, key, p.name, sent.Format("15:04:05.000"), err))
+			l.mu.Unlock()
+		}
 		if l.record(user, key, r, err, sent) {
 			return
 		}
@@ -354,6 +388,25 @@ func (l *haLoad) firstCreatedAfter(at time.Time, d time.Duration) (time.Time, bo
 		}
 		return first
 	})
+}
+
+// longestGap is the longest stretch between from and to with no order
+// placed: from from to the first, and between two in a row.
+func (l *haLoad) longestGap(from, to time.Time) time.Duration {
+	l.mu.Lock()
+	var at []time.Time
+	for _, c := range l.at {
+		if c.answered.After(from) && c.answered.Before(to) {
+			at = append(at, c.answered)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(at, time.Time.Compare)
+	longest, last := time.Duration(0), from
+	for _, a := range at {
+		longest, last = max(longest, a.Sub(last)), a
+	}
+	return longest
 }
 
 // waitFor waits up to d until cond (under mu) holds, and returns what
