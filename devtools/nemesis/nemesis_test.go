@@ -141,7 +141,9 @@ func TestClockJumpOnRedis(t *testing.T) {
 	}
 	step := nemesis.Step{Node: 0, Kind: nemesis.ClockJump, Delay: 2 * time.Minute, For: 3 * time.Second}
 	started, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- nemesis.Run(ctx, bed.Redis, []nemesis.Step{step}, func(nemesis.Step) { close(started) }) }()
+	go func() {
+		done <- nemesis.Run(ctx, bed.Redis, []nemesis.Step{step}, func(nemesis.Step) { close(started) })
+	}()
 	<-started
 	gone := false
 	for deadline := time.Now().Add(2 * time.Second); !gone && time.Now().Before(deadline); {
