@@ -140,7 +140,8 @@ orderbench: images
 # 10,000 events and 1,000 copies.
 chaos: images
 	$(GO) run ./devtools/cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md
-	$(GO) test -tags chaos -count=1 -timeout 20m -run 'TestEvents$$/^Flood$$' ./integration/
+	$(GO) test -tags chaos -count=1 -timeout 20m -run 'TestEvents$$/^Flood$$|TestPostgresFailover' ./integration/
+	$(GO) test -tags chaos -count=1 -timeout 10m -run 'TestPostgresHAPartition' ./devtools/testbed/
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
