@@ -15,7 +15,12 @@
 //     one line per product), so no decrement was lost or doubled, and no
 //     cart was sold in part; every ordered product was stocked by the run;
 //   - every final answer (a 201 or a saved 409) to one (user, key) is the
-//     same, and every 201 names an order row of that same user and key.
+//     same, and every 201 names an order row of that same user and key
+//     (and, when the answer's lines are known, with the same lines).
+//
+// [Effects] checks what was done outside the orders table on an order's
+// behalf (an event published or consumed, a charge): each names an order
+// that exists, and no order was charged twice.
 //
 // The tests of this package include negative controls: for each check, a
 // history with a real violation that the check must catch.
@@ -90,6 +95,9 @@ type Response struct {
 	Body           string
 	// OrderID is the id the body names, empty when it names none.
 	OrderID string
+	// Lines are the products and units a 201 names, when the client read
+	// them from the body; when set, the order row must hold the same.
+	Lines []Line
 }
 
 // Final reports whether the response is a final answer that every retry of
@@ -118,10 +126,15 @@ type Report struct {
 	// Checked counts the rows and responses examined.
 	Checked int
 	// Rows and Answers count them apart: the order rows and the answers
-	// to POST /orders.
+	// to POST /orders (for [Effects], the effects).
 	Rows, Answers int
 	// Violations lists each violation found, in the order of [Checks].
 	Violations []Violation
+
+	// checks and answers name what the report judged, for String: the
+	// checks run (nil: [Checks]) and what Answers counts (empty: answers).
+	checks  []string
+	answers string
 }
 
 // OK reports whether no violation was found.
@@ -135,7 +148,11 @@ func (r Report) Caught(check string) bool {
 // String summarises the report: what was checked, over what, and then one
 // violation a line.
 func (r Report) String() string {
-	what := fmt.Sprintf("%s over %s and %s", strings.Join(Checks(), ", "), plural(r.Rows, "order row"), plural(r.Answers, "answer"))
+	checks, answers := r.checks, r.answers
+	if checks == nil {
+		checks, answers = Checks(), "answer"
+	}
+	what := fmt.Sprintf("%s over %s and %s", strings.Join(checks, ", "), plural(r.Rows, "order row"), plural(r.Answers, answers))
 	if r.OK() {
 		return what + ": no violations"
 	}

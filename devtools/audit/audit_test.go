@@ -88,6 +88,9 @@ func TestOrdersCatchesViolations(t *testing.T) {
 		{"phantom order", audit.CheckAnswerMatchesRow, func(_ map[string]audit.Stock, _ *[]audit.OrderRow, resps *[]audit.Response) {
 			*resps = append(*resps, audit.Response{UserID: "u9", IdempotencyKey: "k", Status: 201, Body: "x", OrderID: "nope"})
 		}},
+		{"other lines than the row's", audit.CheckAnswerMatchesRow, func(_ map[string]audit.Stock, _ *[]audit.OrderRow, resps *[]audit.Response) {
+			(*resps)[0].Lines = []audit.Line{{ProductID: "42", Quantity: 2}}
+		}},
 		{"someone else's order", audit.CheckAnswerMatchesRow, func(_ map[string]audit.Stock, _ *[]audit.OrderRow, resps *[]audit.Response) {
 			*resps = append(*resps, audit.Response{UserID: "u9", IdempotencyKey: "k", Status: 201, Body: "x", OrderID: "o1"})
 		}},

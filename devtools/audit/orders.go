@@ -104,6 +104,8 @@ func (r *Report) checkAnswers(byID map[string]OrderRow, responses []Response) {
 				mismatched = append(mismatched, fmt.Sprintf("user %s key %s got order %q, which is not in the table", k.user, k.key, resp.OrderID))
 			} else if o.UserID != resp.UserID || o.IdempotencyKey != resp.IdempotencyKey {
 				mismatched = append(mismatched, fmt.Sprintf("user %s key %s got order %s, which belongs to user %s key %s", k.user, k.key, o.OrderID, o.UserID, o.IdempotencyKey))
+			} else if len(resp.Lines) > 0 && !sameLines(resp.Lines, o.lines()) {
+				mismatched = append(mismatched, fmt.Sprintf("user %s key %s got order %s with lines %v, the row holds %v", k.user, k.key, o.OrderID, resp.Lines, o.lines()))
 			}
 		}
 		if f, ok := first[k]; !ok {
@@ -120,4 +122,15 @@ func (r *Report) addAll(check string, details []string) {
 	for _, d := range details {
 		r.add(check, "%s", d)
 	}
+}
+
+// sameLines reports whether a and b hold the same products and units, in
+// any order.
+func sameLines(a, b []Line) bool {
+	key := func(ls []Line) []Line {
+		out := slices.Clone(ls)
+		slices.SortFunc(out, func(x, y Line) int { return strings.Compare(x.ProductID, y.ProductID) })
+		return out
+	}
+	return slices.Equal(key(a), key(b))
 }
