@@ -50,9 +50,11 @@ type PostgresGroup struct {
 	monPort  int
 	uri      string
 
-	// mu guards the partitions: which data nodes are cut off.
-	mu  sync.Mutex
-	cut map[*PostgresHANode]bool
+	// mu guards the partitions (which data nodes are cut off) and which
+	// are held back (their replication alone is cut).
+	mu   sync.Mutex
+	cut  map[*PostgresHANode]bool
+	held map[*PostgresHANode]bool
 }
 
 // pghaBins are the programs the group runs.
@@ -159,7 +161,7 @@ func newPostgresGroup(p provider, opts Options) (*PostgresGroup, error) {
 	if _, ok := p.(*localProvider); !ok {
 		return nil, fmt.Errorf("the %s provider cannot run it (only the local one): %w", p.name(), errors.ErrUnsupported)
 	}
-	g := &PostgresGroup{dir: filepath.Join(p.dir(), "pgha"), cut: map[*PostgresHANode]bool{}}
+	g := &PostgresGroup{dir: filepath.Join(p.dir(), "pgha"), cut: map[*PostgresHANode]bool{}, held: map[*PostgresHANode]bool{}}
 	g.sock = filepath.Join(g.dir, "sock")
 	g.timeouts = FastPostgresHATimeouts()
 	if opts.PostgresHATimeouts != nil {

@@ -232,12 +232,12 @@ func (n *PostgresHANode) Heal(ctx context.Context) error {
 func (n *PostgresHANode) front0() *nodeProxy { return n.node.front[0] }
 
 // applyFrontsLocked rebuilds each data node's proxy whose fault state
-// differs from the one the partitions ask for.
+// differs from the one the partitions and the held-back nodes ask for.
 func (g *PostgresGroup) applyFrontsLocked() error {
 	for _, n := range g.Nodes {
 		want := frontState{partitioned: g.cut[n]}
 		for _, m := range g.Nodes {
-			if m != n && g.cut[m] {
+			if m != n && (g.cut[m] || g.held[m]) {
 				want.apps = append(want.apps, "pgautofailover_standby_"+strconv.Itoa(m.id))
 			}
 		}
