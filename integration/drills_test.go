@@ -598,9 +598,12 @@ func (d *drill) stock(product string) int64 {
 	return s.Available
 }
 
+// orders reads the orders table, a cart's lines (product_id NULL on its
+// row) from order_lines.
 func (d *drill) orders() []audit.OrderRow {
 	d.t.Helper()
-	rows, err := d.pool.Query(context.Background(), `SELECT order_id, user_id, idempotency_key, product_id, quantity, status FROM orders ORDER BY created_at`)
+	ctx := context.Background()
+	rows, err := d.pool.Query(ctx, `SELECT order_id, user_id, idempotency_key, coalesce(product_id, ''), quantity, status FROM orders ORDER BY created_at`)
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -610,6 +613,19 @@ func (d *drill) orders() []audit.OrderRow {
 	})
 	if err != nil {
 		d.t.Fatal(err)
+	}
+	lines := map[string][]audit.Line{}
+	rows, err = d.pool.Query(ctx, `SELECT l.order_id, l.product_id, l.quantity FROM order_lines l JOIN orders o USING (order_id) WHERE o.product_id IS NULL`)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var id string
+	var l audit.Line
+	if _, err := pgx.ForEachRow(rows, []any{&id, &l.ProductID, &l.Quantity}, func() error { lines[id] = append(lines[id], l); return nil }); err != nil {
+		d.t.Fatal(err)
+	}
+	for i := range out {
+		out[i].Lines = lines[out[i].OrderID]
 	}
 	return out
 }

@@ -10,5 +10,9 @@ const (
 )
 
 // haFaults are the faults of TestPostgresFailover, one after the other on
-// one group.
+// one group, once per seed of haSeeds.
 var haFaults = []string{"kill", "pause", "partition", "switchover"}
+
+// haSeeds are TestPostgresFailover's seeds: each runs its own clients,
+// keys and fault timings through haFaults.
+var haSeeds = []uint64{20261203, 20261204, 20261205}

@@ -11,9 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,16 +34,22 @@ const haStock = 100_000
 // haProducts are the products of the failover runs.
 var haProducts = []string{"ha-1", "ha-2", "ha-3", "ha-4"}
 
-// TestPostgresFailover: buyers and triple-clickers order through three
-// ordersd on the group's URI while the primary fails, one fault after the
+// TestPostgresFailover: buyers of single products and of carts, and
+// triple-clickers, order through three ordersd on the group's URI and pay
+// half of their orders, while the primary fails, one fault after the
 // other on one group (haFaults: SIGKILL and a switchover in make test;
 // with -tags chaos also SIGSTOP past the failover and a partition from
-// everything): the standby takes over, and the old primary comes back as
-// a standby that refuses writes. Every 201 any client saw is an order, one
-// order per key, stock balances, and every fence counter only went up. It
-// reports, per fault, the time to the first 201 of a request sent after
-// it that placed an order (not a replay from Redis), and the 503s (each
-// with a Retry-After) and timeouts clients saw.
+// everything), once per seed of haSeeds (each its own clients, keys and
+// fault timings): the standby takes over, and the old primary comes back
+// as a standby that refuses writes. A shipper consumes the order events
+// throughout. After each seed, against the surviving primary: every 201
+// any client saw is an order with the same lines, one order per key,
+// stock balances; every event in the stream, every order the shipper
+// shipped and every charge at fakepay names an order that exists, one
+// charge per order; and each fence counter, read before and after every
+// failover, only went up. It reports, per fault, the time to the first
+// 201 of a request sent after it that placed an order (not a replay from
+// Redis), and the 503s (each with a Retry-After) and timeouts clients saw.
 func TestPostgresFailover(t *testing.T) {
 	k, g := startHAKit(t)
 	d := newHADrill(t, k, g)
@@ -53,32 +57,47 @@ func TestPostgresFailover(t *testing.T) {
 	for i := range 3 {
 		ds = append(ds, d.start(fmt.Sprintf("ordersd-%d", i), map[string]string{"ORDERS_LOCK": "auto"}))
 	}
-	ld := startHALoad(d, ds, 12, 4)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	d.startHAShipper(k.shipper)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	ld.waitCreated(t, 50, 30*time.Second)
-	before := fenceCounters(t, d.pool)
-	for _, f := range haFaults {
-		haFault(ctx, t, g, ld, f)
-		ld.waitCreated(t, ld.created()+50, 30*time.Second)
-	}
-	responses, tally := ld.stop(t, d)
-	t.Logf("load: %s", tally)
-	if tally.timeouts > 0 || tally.noRetryAfter > 0 {
-		t.Errorf("clients hung (%d timeouts) or got a 503 without Retry-After (%d): %s", tally.timeouts, tally.noRetryAfter, strings.Join(ld.hung, "; "))
-		for _, p := range ds {
-			p.log.mu.Lock()
-			for _, line := range p.log.lines {
-				if !strings.Contains(line, `"level":"INFO"`) || strings.Contains(line, `"duration":`) && !strings.Contains(line, `"status":201`) && !strings.Contains(line, `"status":503`) {
-					t.Logf("%s: %s", p.name, line)
-				}
-			}
-			p.log.mu.Unlock()
+	var all []audit.Response
+	for _, seed := range haSeeds {
+		rng := rand.New(rand.NewPCG(seed, 29))
+		ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4}, seed)
+		ld.waitCreated(t, 50, 30*time.Second)
+		for _, f := range haFaults {
+			time.Sleep(time.Duration(rng.IntN(2000)) * time.Millisecond) // the fault's moment in the batches
+			before := fenceCounters(t, d.pool)
+			haFault(ctx, t, g, ld, f)
+			d.pool.Reset() // its connections to the old primary died with it
+			fencesOnlyRose(t, before, fenceCounters(t, d.pool))
+			ld.waitCreated(t, ld.created()+50, 30*time.Second)
 		}
+		responses, tally := ld.stop(t, d)
+		t.Logf("seed %d: load: %s", seed, tally)
+		if tally.timeouts > 0 || tally.noRetryAfter > 0 {
+			t.Errorf("clients hung (%d timeouts) or got a 503 without Retry-After (%d): %s", tally.timeouts, tally.noRetryAfter, strings.Join(ld.hung, "; "))
+			haWarnings(t, ds)
+		}
+		all = append(all, responses...)
+		d.waitDrained(t, time.Minute)
+		d.haVerdict(all)
 	}
-	d.pool.Reset() // its connections to the old primary died with it
-	fencesOnlyRose(t, before, fenceCounters(t, d.pool))
-	d.haVerdict(responses)
+}
+
+// haWarnings logs what the daemons said beyond their access lines, for a
+// failure message.
+func haWarnings(t *testing.T, ds []*daemon) {
+	t.Helper()
+	for _, p := range ds {
+		p.log.mu.Lock()
+		for _, line := range p.log.lines {
+			if !strings.Contains(line, `"level":"INFO"`) || strings.Contains(line, `"duration":`) && !strings.Contains(line, `"status":201`) && !strings.Contains(line, `"status":503`) {
+				t.Logf("%s: %s", p.name, line)
+			}
+		}
+		p.log.mu.Unlock()
+	}
 }
 
 // haFault fails the primary the way f says, waits for an order placed
@@ -114,14 +133,19 @@ func haFault(ctx context.Context, t *testing.T, g *testbed.PostgresGroup, ld *ha
 }
 
 // startHAKit starts a bed of five masters and a Postgres HA group, and
-// builds ordersd.
-func startHAKit(t *testing.T) (*drillKit, *testbed.PostgresGroup) {
+// builds ordersd and the shipper.
+func startHAKit(t *testing.T) (*haKit, *testbed.PostgresGroup) {
 	t.Helper()
-	k := &drillKit{}
-	built := make(chan error, 1)
+	k := &haKit{}
+	built := make(chan error, 2)
 	go func() {
 		var err error
 		k.bin, err = builds.path("github.com/quorumlock/quorumlock/cmd/ordersd")
+		built <- err
+	}()
+	go func() {
+		var err error
+		k.shipper, err = builds.path("github.com/quorumlock/quorumlock/cmd/shipper")
 		built <- err
 	}()
 	k.bed = bedtest.Start(t, testbed.Options{Redis: 5, PostgresHA: true})
@@ -133,15 +157,21 @@ func startHAKit(t *testing.T) (*drillKit, *testbed.PostgresGroup) {
 			t.Fatal(err)
 		}
 	}
-	if err := <-built; err != nil {
+	if err := errors.Join(<-built, <-built); err != nil {
 		t.Fatal(err)
 	}
 	return k, k.bed.PostgresHA
 }
 
+// haKit is the drills' kit with the shipper built too.
+type haKit struct {
+	drillKit
+	shipper string
+}
+
 // newHADrill is a drill on the group's main database, through its
 // multi-host URI: migrated, with haProducts stocked.
-func newHADrill(t *testing.T, k *drillKit, g *testbed.PostgresGroup) *drill {
+func newHADrill(t *testing.T, k *haKit, g *testbed.PostgresGroup) *drill {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := store.MigrateDSN(ctx, g.URI()); err != nil {
@@ -176,19 +206,22 @@ func newHADrill(t *testing.T, k *drillKit, g *testbed.PostgresGroup) *drill {
 		client: &http.Client{Transport: tr, Timeout: 20 * time.Second}, initial: initial}
 }
 
-// haVerdict runs the checker on the orders the surviving primary holds,
-// read through the URI.
+// haVerdict runs the checkers on the orders the surviving primary holds,
+// read through the URI, and on the effects of the run (haEffects).
 func (d *drill) haVerdict(responses []audit.Response) {
 	d.t.Helper()
 	stock := map[string]audit.Stock{}
 	for p, n := range d.initial {
 		stock[p] = audit.Stock{Initial: n, Final: d.stock(p)}
 	}
-	v := audit.Orders(stock, d.orders(), responses)
-	if !v.OK() {
-		d.t.Fatalf("checker: %v", v)
+	rows := d.orders()
+	v := audit.Orders(stock, rows, responses)
+	effects := d.haEffects(d.t)
+	e := audit.Effects(rows, effects)
+	if !v.OK() || !e.OK() {
+		d.t.Fatalf("checker: %v; effects (%s): %v", v, audit.EffectKinds(effects), e)
 	}
-	d.t.Logf("checker: %v", v)
+	d.t.Logf("checker: %v; effects (%s): %v", v, audit.EffectKinds(effects), e)
 }
 
 // refusesWrites checks that the node at dsn, alone, takes no write.
@@ -242,210 +275,4 @@ func fencesOnlyRose(t *testing.T, before, after map[string]int64) {
 func haEvents(ctx context.Context, g *testbed.PostgresGroup) []testbed.Event {
 	ev, _ := g.Events(context.WithoutCancel(ctx), 20)
 	return ev
-}
-
-// haTally counts what the load's clients saw.
-type haTally struct {
-	created, conflicts, unavailable, noRetryAfter, timeouts, other int
-}
-
-func (h haTally) String() string {
-	return fmt.Sprintf("%d created, %d 409, %d 503 (%d without Retry-After), %d timeouts, %d other",
-		h.created, h.conflicts, h.unavailable, h.noRetryAfter, h.timeouts, h.other)
-}
-
-// haLoad is the load of a failover run: buyers, each ordering one product
-// per key and retrying the key until a final answer, and triple-clickers,
-// each sending its key three times at once to three instances.
-type haLoad struct {
-	d    *drill
-	ds   []*daemon
-	quit chan struct{}
-	wg   sync.WaitGroup
-
-	mu        sync.Mutex
-	responses []audit.Response
-	at        []haCreated // every 201 that placed an order
-	tally     haTally
-	hung      []string // the attempts that got no answer
-	changed   chan struct{}
-}
-
-// haCreated is one 201 that placed an order (not a replay): when its
-// attempt was sent and when it came back.
-type haCreated struct{ sent, answered time.Time }
-
-// startHALoad starts buyers buyers and clickers triple-clickers.
-func startHALoad(d *drill, ds []*daemon, buyers, clickers int) *haLoad {
-	l := &haLoad{d: d, ds: ds, quit: make(chan struct{}), changed: make(chan struct{})}
-	for i := range buyers + clickers {
-		l.wg.Add(1)
-		go l.client(fmt.Sprintf("ha-user-%d", i), i >= buyers, uint64(i))
-	}
-	return l
-}
-
-// client orders until the load stops (at most 100000 keys).
-func (l *haLoad) client(user string, clicker bool, seed uint64) {
-	defer l.wg.Done()
-	rng := rand.New(rand.NewPCG(seed, 7))
-	for n := 0; n < 100_000; n++ {
-		select {
-		case <-l.quit:
-			return
-		default:
-		}
-		key := fmt.Sprintf("%s-k%d", user, n)
-		body := buy(haProducts[rng.IntN(len(haProducts))], 1)
-		if !clicker {
-			l.untilFinal(user, key, body, n)
-			continue
-		}
-		var wg sync.WaitGroup
-		for i := range 3 {
-			wg.Add(1)
-			go func() { defer wg.Done(); l.untilFinal(user, key, body, n+i) }()
-		}
-		wg.Wait()
-	}
-}
-
-// untilFinal sends key until a final answer (at most 200 tries, waiting
-// Retry-After's worth, 200ms, between them), and records it.
-func (l *haLoad) untilFinal(user, key, body string, turn int) {
-	for try := 0; try < 200; try++ {
-		sent := time.Now()
-		p := l.ds[(turn+try)%len(l.ds)]
-		r, err := l.d.create(p, user, key, body)
-		if err != nil {
-			l.mu.Lock()
-			l.hung = append(l.hung, fmt.Sprintf("%s %s to %s at %s: %v", user, key, p.name, sent.Format("15:04:05.000"), err))
-			l.mu.Unlock()
-		}
-		if l.record(user, key, r, err, sent) {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// record counts one answer and reports whether it was final.
-func (l *haLoad) record(user, key string, r reply, err error, sent time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case err != nil:
-		l.tally.timeouts++
-		return false
-	case r.Status == http.StatusServiceUnavailable || r.Status == http.StatusAccepted:
-		l.tally.unavailable++
-		if r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "" {
-			l.tally.noRetryAfter++
-		}
-		return false
-	case r.Status == http.StatusCreated:
-		l.tally.created++
-		if !r.replayed() { // a replay comes from Redis, not from a primary
-			l.at = append(l.at, haCreated{sent: sent, answered: time.Now()})
-		}
-		close(l.changed)
-		l.changed = make(chan struct{})
-	case r.Status == http.StatusConflict:
-		l.tally.conflicts++
-	default:
-		l.tally.other++
-	}
-	l.responses = append(l.responses, response(user, key, r))
-	return true
-}
-
-// created is the number of 201s so far.
-func (l *haLoad) created() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.tally.created
-}
-
-// waitCreated waits up to d for n 201s.
-func (l *haLoad) waitCreated(t *testing.T, n int, d time.Duration) {
-	t.Helper()
-	if _, ok := l.waitFor(d, func() bool { return l.tally.created >= n }); !ok {
-		t.Fatalf("%d 201s within %v, want %d", l.created(), d, n)
-	}
-}
-
-// firstCreatedAfter waits up to d for a 201 of an attempt sent after at,
-// and returns when it was answered.
-func (l *haLoad) firstCreatedAfter(at time.Time, d time.Duration) (time.Time, bool) {
-	return l.waitFor(d, func() bool {
-		return slices.ContainsFunc(l.at, func(c haCreated) bool { return c.sent.After(at) })
-	}, func() time.Time {
-		var first time.Time
-		for _, c := range l.at {
-			if c.sent.After(at) && (first.IsZero() || c.answered.Before(first)) {
-				first = c.answered
-			}
-		}
-		return first
-	})
-}
-
-// longestGap is the longest stretch between from and to with no order
-// placed: from from to the first, and between two in a row.
-func (l *haLoad) longestGap(from, to time.Time) time.Duration {
-	l.mu.Lock()
-	var at []time.Time
-	for _, c := range l.at {
-		if c.answered.After(from) && c.answered.Before(to) {
-			at = append(at, c.answered)
-		}
-	}
-	l.mu.Unlock()
-	slices.SortFunc(at, time.Time.Compare)
-	longest, last := time.Duration(0), from
-	for _, a := range at {
-		longest, last = max(longest, a.Sub(last)), a
-	}
-	return longest
-}
-
-// waitFor waits up to d until cond (under mu) holds, and returns what
-// when (under mu) gives, if given.
-func (l *haLoad) waitFor(d time.Duration, cond func() bool, when ...func() time.Time) (time.Time, bool) {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		l.mu.Lock()
-		ok, ch := cond(), l.changed
-		var at time.Time
-		if ok && len(when) > 0 {
-			at = when[0]()
-		}
-		l.mu.Unlock()
-		if ok {
-			return at, true
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return time.Time{}, false
-		}
-	}
-}
-
-// stop ends the load (each client finishes its key) and returns every
-// final answer and the tally.
-func (l *haLoad) stop(t *testing.T, d *drill) ([]audit.Response, haTally) {
-	t.Helper()
-	close(l.quit)
-	done := make(chan struct{})
-	go func() { l.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the load's clients did not stop within 2m")
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.responses, l.tally
 }
