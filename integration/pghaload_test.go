@@ -231,6 +231,13 @@ func (l *haLoad) created() int {
 	return l.tally.created
 }
 
+// unavailable is the number of 503s (and 202s) so far.
+func (l *haLoad) unavailable() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tally.unavailable
+}
+
 // waitCreated waits up to d for n 201s.
 func (l *haLoad) waitCreated(t *testing.T, n int, d time.Duration) {
 	t.Helper()
