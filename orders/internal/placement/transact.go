@@ -70,8 +70,22 @@ func productsOf(t *ticket) string {
 	return strings.Join(products, ",")
 }
 
-// outcome turns one order's transaction result into its placement.
-func (p *Placer) outcome(t *ticket, r txResult, log Log) Result {
+// inDoubtWait bounds the lookups that answer the orders of one
+// transaction whose commit is in doubt: all of them together, so that a
+// batch of n orders against a Postgres that does not answer (paused, or
+// cut off) ends after one wait, not n.
+const inDoubtWait = 3 * time.Second
+
+// inDoubt returns the context of the lookups of one transaction's orders
+// whose commit is in doubt, and its cancel.
+func inDoubt() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), inDoubtWait)
+}
+
+// outcome turns one order's transaction result into its placement;
+// lookup is the context of the lookup that answers an order whose commit
+// is in doubt (see inDoubt).
+func (p *Placer) outcome(lookup context.Context, t *ticket, r txResult, log Log) Result {
 	res := Result{Log: log}
 	err := r.err
 	if err == nil {
@@ -107,17 +121,16 @@ func (p *Placer) outcome(t *ticket, r txResult, log Log) Result {
 		// The transaction failed in a way that may or may not have
 		// committed. Postgres can tell.
 		p.Log.Error("place order failed", "err", err)
-		*a, res.Verdict = p.ambiguous(t.ctx, t.order.Req)
+		*a, res.Verdict = p.ambiguous(lookup, t.order.Req)
 		res.Log.Result = "error"
 	}
 	return res
 }
 
-// ambiguous answers after a transaction whose commit is in doubt.
+// ambiguous answers after a transaction whose commit is in doubt, asking
+// Postgres within ctx.
 func (p *Placer) ambiguous(ctx context.Context, req store.OrderRequest) (answer.Answer, answer.Verdict) {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-	defer cancel()
-	out, err := p.st.Lookup(lctx, req.UserID, req.IdempotencyKey)
+	out, err := p.st.Lookup(ctx, req.UserID, req.IdempotencyKey)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return answer.Answer{Kind: answer.Unavailable, Detail: "the order could not be placed; retry with the same Idempotency-Key", Wait: p.Retry}, answer.Retryable
