@@ -138,3 +138,41 @@ func (c Cluster) resolve(ctx context.Context, s Step) Step {
 	s.Role = AnyNode
 	return s
 }
+
+// PostgresHA is the cluster of a bed's Postgres HA group: its data nodes,
+// then its monitor (the last node). The leader is the primary; Follower
+// steps hit the standby or the monitor (Step.Node picks which). Every
+// member restarts with its data only (DataKept).
+func PostgresHA(g *testbed.PostgresGroup) Cluster {
+	c := Cluster{DataKept: true}
+	for _, n := range g.Nodes {
+		c.Nodes = append(c.Nodes, pghaMember{n})
+	}
+	c.Nodes = append(c.Nodes, pghaMonitor{g.Monitor()})
+	c.Leader = func(ctx context.Context) (int, error) {
+		p, err := g.Primary(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return slices.Index(g.Nodes, p), nil
+	}
+	return c
+}
+
+type pghaMember struct{ *testbed.PostgresHANode }
+
+func (m pghaMember) Restart(ctx context.Context, keepData bool) error {
+	if !keepData { // RunOn refuses such plans before they start
+		return fmt.Errorf("%s: restart without its data: %w", m.Name(), errors.ErrUnsupported)
+	}
+	return m.PostgresHANode.Restart(ctx)
+}
+
+type pghaMonitor struct{ *testbed.PostgresHAMonitor }
+
+func (m pghaMonitor) Restart(ctx context.Context, keepData bool) error {
+	if !keepData {
+		return fmt.Errorf("%s: restart without its data: %w", m.Name(), errors.ErrUnsupported)
+	}
+	return m.PostgresHAMonitor.Restart(ctx)
+}
