@@ -2,6 +2,8 @@
 
 package integration_test
 
+import "github.com/quorumlock/quorumlock/devtools/nemesis"
+
 // The sizes of the suites that `make test` runs short and `make chaos`
 // runs long (`go test -tags chaos ./integration/`; long_on_test.go).
 const (
@@ -21,3 +23,9 @@ var haFaults = []string{"kill", "switchover"}
 // haSeeds are TestPostgresFailover's seeds: each runs its own clients,
 // keys and fault timings through haFaults.
 var haSeeds = []uint64{20261203}
+
+// haMemberFaults are TestPostgresHAMembers' faults, one after the other on
+// one group: on the standby, and on the monitor.
+var haMemberFaults = []haNodeFault{
+	{kind: nemesis.KillRestartKeep}, {monitor: true, kind: nemesis.Partition},
+}
