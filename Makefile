@@ -137,10 +137,12 @@ orderbench: images
 # docs/SAFETY.md. The short suite runs inside `make test` (TestChaosShort, one
 # round a row). Then the long sizes of integration's suites that `make test`
 # runs short (-tags chaos, integration/long_on_test.go): the event flood at
-# 10,000 events and 1,000 copies.
+# 10,000 events and 1,000 copies; the Postgres failover rows with every
+# fault on 3 seeds, every fault on the standby and the monitor, and their
+# asynchronous negative control.
 chaos: images
 	$(GO) run ./devtools/cmd/chaos -repeat 3 -timeout 60m -out docs/SAFETY.md
-	$(GO) test -tags chaos -count=1 -timeout 20m -run 'TestEvents$$/^Flood$$|TestPostgresFailover' ./integration/
+	$(GO) test -tags chaos -count=1 -timeout 40m -run 'TestEvents$$/^Flood$$|TestPostgresFailover|TestPostgresHAMembers|TestPostgresAsyncLosesOrders' ./integration/
 	$(GO) test -tags chaos -count=1 -timeout 10m -run 'TestPostgresHAPartition' ./devtools/testbed/
 
 fuzz:
