@@ -135,9 +135,21 @@ func haFault(ctx context.Context, t *testing.T, g *testbed.PostgresGroup, ld *ha
 	if err := g.WaitSteady(ctx); err != nil {
 		t.Fatalf("%s: the old primary did not rejoin: %v; monitor: %v", f, err, haEvents(ctx, g))
 	}
-	t.Logf("%s of the primary %s: the first order placed by a request sent after it %v later; the longest stretch without an order placed, from the fault to the group steady again, %v; %d 503s",
-		f, victim.Name(), first.Sub(hit).Round(time.Millisecond), ld.longestGap(at, time.Now()).Round(time.Millisecond), ld.unavailable()-unavailable)
+	t.Logf("%s of the primary %s: the first order placed by a request sent after it %v later (the monitor saw a new primary %s); the longest stretch without an order placed, from the fault to the group steady again, %v; %d 503s",
+		f, victim.Name(), first.Sub(hit).Round(time.Millisecond), promotedAfter(ctx, g, victim, hit), ld.longestGap(at, time.Now()).Round(time.Millisecond), ld.unavailable()-unavailable)
 	refusesWrites(t, victim.DSN())
+}
+
+// promotedAfter says when, after at, the monitor first saw a node other
+// than old report itself a primary (wait_primary or primary), from its
+// event log.
+func promotedAfter(ctx context.Context, g *testbed.PostgresGroup, old *testbed.PostgresHANode, at time.Time) string {
+	for _, e := range haEvents(ctx, g) {
+		if e.Node != old.Name() && e.Time.After(at) && (e.Reported == "wait_primary" || e.Reported == "primary") {
+			return e.Time.Sub(at).Round(time.Millisecond).String() + " after it"
+		}
+	}
+	return "at no time in its last events"
 }
 
 // startHAKit starts a bed of five masters and a Postgres HA group, and
