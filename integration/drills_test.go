@@ -94,7 +94,11 @@ const drillSecret = "drill-jwt-secret-0123456789abcdef"
 // first and alone; the others then run in parallel, each on its own
 // database, products and users.
 func TestDrills(t *testing.T) {
-	k := startKit(t, 0)
+	runDrills(t, startKit(t, 0))
+}
+
+// runDrills runs every drill of TestDrills on k, as TestDrills says.
+func runDrills(t *testing.T, k *drillKit) {
 	t.Run("UnlockReplyLost", func(t *testing.T) { drillUnlockReplyLost(t, k) })
 	t.Run("RedisUnreachable", func(t *testing.T) { drillRedisUnreachable(t, k) })
 	parallel := []struct {
@@ -144,11 +148,15 @@ func TestDrillsOnEtcd(t *testing.T) {
 }
 
 // drillKit is the drills' bed and their ordersd built with -tags
-// failpoints, and the settings that pick the lock's backend.
+// failpoints, the settings that pick the lock's backend, and which
+// Postgres holds the drills' databases.
 type drillKit struct {
 	bin     string
 	bed     *testbed.Bed
 	backend map[string]string
+	// onHA puts each drill's database on the bed's Postgres HA group,
+	// reached through its multi-host URI, instead of on bed.Postgres.
+	onHA bool
 }
 
 // startKit builds the binary (once for the test binary: builds) while the
@@ -203,7 +211,12 @@ type drill struct {
 
 func newDrill(t *testing.T, k *drillKit, stock map[string]int64) *drill {
 	t.Helper()
-	db := storetest.New(t, k.bed.Postgres)
+	var db storetest.Env
+	if k.onHA {
+		db = storetest.NewOnGroup(t, k.bed.PostgresHA)
+	} else {
+		db = storetest.New(t, k.bed.Postgres)
+	}
 	ctx := context.Background()
 	for p, n := range stock {
 		if err := db.Store.SeedProduct(ctx, p, n, 1999); err != nil {
