@@ -30,5 +30,5 @@ func TestDrillsOnHA(t *testing.T) {
 		}
 		t.Logf("drills on the HA group: done in %v", time.Since(start).Round(time.Millisecond))
 	})
-	runDrills(t, k)
+	runDrills(t, &k.drillKit)
 }
