@@ -239,9 +239,38 @@ func (d *drill) haVerdict(responses []audit.Response) {
 	effects := d.haEffects(d.t)
 	e := audit.Effects(rows, effects)
 	if !v.OK() || !e.OK() {
-		d.t.Fatalf("checker: %v; effects (%s): %v", v, audit.EffectKinds(effects), e)
+		d.haDiagnose(v)
+		d.t.Fatalf("checker: %s; effects (%s): %s", firstLines(v.String(), 8), audit.EffectKinds(effects), firstLines(e.String(), 8))
 	}
 	d.t.Logf("checker: %v; effects (%s): %v", v, audit.EffectKinds(effects), e)
+}
+
+// haDiagnose says, for a failed verdict, what each data node holds: its
+// role, its orders, and whether it has the first orders the checker
+// missed, read on each node alone.
+func (d *drill) haDiagnose(v audit.Report) {
+	var missing []string
+	for _, x := range v.Violations {
+		if _, rest, ok := strings.Cut(x.Detail, `got order "`); ok && len(missing) < 5 {
+			id, _, _ := strings.Cut(rest, `"`)
+			missing = append(missing, id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, n := range d.bed.PostgresHA.Nodes {
+		conn, err := pgx.Connect(ctx, n.DSN())
+		if err != nil {
+			d.t.Logf("%s: %v", n.Name(), err)
+			continue
+		}
+		var standby bool
+		var orders, found int
+		err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), (SELECT count(*) FROM orders), (SELECT count(*) FROM orders WHERE order_id = ANY($1))", missing).Scan(&standby, &orders, &found)
+		d.t.Logf("%s: standby %v, %d orders, %d of the missed %v (%v)", n.Name(), standby, orders, found, missing, err)
+		_ = conn.Close(ctx)
+	}
+	d.t.Logf("monitor: %v", haEvents(ctx, d.bed.PostgresHA))
 }
 
 // refusesWrites checks that the node at dsn, alone, takes no write.
