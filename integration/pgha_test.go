@@ -75,6 +75,9 @@ func TestPostgresFailover(t *testing.T) {
 		}
 		responses, tally := ld.stop(t, d)
 		t.Logf("seed %d: load: %s", seed, tally)
+		if len(ld.odd) > 0 {
+			t.Logf("answers of an unexpected status: %s", firstLines(strings.Join(ld.odd, "\n"), 5))
+		}
 		if tally.timeouts > 0 || tally.noRetryAfter > 0 {
 			t.Errorf("clients hung (%d timeouts) or got a 503 without Retry-After (%d): %s", tally.timeouts, tally.noRetryAfter, strings.Join(ld.hung, "; "))
 			haWarnings(t, ds)

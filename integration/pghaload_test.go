@@ -46,6 +46,7 @@ type haLoad struct {
 	at        []haCreated // every 201 that placed an order
 	tally     haTally
 	hung      []string // the attempts that got no answer
+	odd       []string // the answers of an unexpected status
 	changed   chan struct{}
 }
 
@@ -219,6 +220,7 @@ func (l *haLoad) record(user, key string, r reply, err error, sent time.Time) bo
 		l.tally.conflicts++
 	default:
 		l.tally.other++
+		l.odd = append(l.odd, fmt.Sprintf("%s %s: %s", user, key, r))
 	}
 	l.responses = append(l.responses, haResponse(user, key, r))
 	return true
