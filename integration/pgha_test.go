@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +63,7 @@ func TestPostgresFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	var all []audit.Response
-	for _, seed := range haSeeds {
+	for _, seed := range haSeedList(t) {
 		rng := rand.New(rand.NewPCG(seed, 29))
 		ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4}, seed)
 		ld.waitCreated(t, 50, 30*time.Second)
@@ -86,6 +88,24 @@ func TestPostgresFailover(t *testing.T) {
 		d.waitDrained(t, time.Minute)
 		d.haVerdict(all)
 	}
+}
+
+// haSeedList is haSeeds, or the seeds QUORUMLOCK_HA_SEEDS lists (comma
+// separated), to repeat one run.
+func haSeedList(t *testing.T) []uint64 {
+	env := os.Getenv("QUORUMLOCK_HA_SEEDS")
+	if env == "" {
+		return haSeeds
+	}
+	var out []uint64
+	for _, f := range strings.Split(env, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			t.Fatalf("QUORUMLOCK_HA_SEEDS=%q: %v", env, err)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // haWarnings logs what the daemons said beyond their access lines, for a
