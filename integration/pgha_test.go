@@ -148,6 +148,7 @@ func haFault(ctx context.Context, t *testing.T, g *testbed.PostgresGroup, ld *ha
 	if f == "switchover" {
 		hit = at
 	}
+	reached := reachPrimary(ctx, g.URI(), hit)
 	first, ok := ld.firstCreatedAfter(hit, 60*time.Second)
 	if err := heal(context.WithoutCancel(ctx)); err != nil {
 		t.Fatalf("%s: heal: %v", f, err)
@@ -158,9 +159,37 @@ func haFault(ctx context.Context, t *testing.T, g *testbed.PostgresGroup, ld *ha
 	if err := g.WaitSteady(ctx); err != nil {
 		t.Fatalf("%s: the old primary did not rejoin: %v; monitor: %v", f, err, haEvents(ctx, g))
 	}
-	t.Logf("%s of the primary %s: the first order placed by a request sent after it %v later (the monitor saw a new primary %s); the longest stretch without an order placed, from the fault to the group steady again, %v; %d 503s",
-		f, victim.Name(), first.Sub(hit).Round(time.Millisecond), promotedAfter(ctx, g, victim, hit), ld.longestGap(at, time.Now()).Round(time.Millisecond), ld.unavailable()-unavailable)
+	t.Logf("%s of the primary %s: the first order placed by a request sent after it %v later (the monitor saw a new primary %s; a new connection through the URI first reached a primary %s); the longest stretch without an order placed, from the fault to the group steady again, %v; %d 503s",
+		f, victim.Name(), first.Sub(hit).Round(time.Millisecond), promotedAfter(ctx, g, victim, hit), <-reached,
+		ld.longestGap(at, time.Now()).Round(time.Millisecond), ld.unavailable()-unavailable)
 	refusesWrites(t, victim.DSN())
+}
+
+// reachPrimary opens a new connection through uri every 200 ms from now
+// until one reaches a primary (at most 60 s), and sends how long after at
+// that was.
+func reachPrimary(ctx context.Context, uri string, at time.Time) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		for time.Since(at) < time.Minute && ctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			conn, err := pgx.Connect(cctx, uri)
+			if err == nil {
+				var standby bool
+				err = conn.QueryRow(cctx, "SELECT pg_is_in_recovery()").Scan(&standby)
+				_ = conn.Close(cctx)
+				if err == nil && !standby {
+					cancel()
+					out <- time.Since(at).Round(time.Millisecond).String() + " after it"
+					return
+				}
+			}
+			cancel()
+			time.Sleep(200 * time.Millisecond)
+		}
+		out <- "at no time within a minute"
+	}()
+	return out
 }
 
 // promotedAfter says when, after at, the monitor first saw a node other
