@@ -65,7 +65,7 @@ func TestPostgresFailover(t *testing.T) {
 	var all []audit.Response
 	for _, seed := range haSeedList(t) {
 		rng := rand.New(rand.NewPCG(seed, 29))
-		ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4}, seed)
+		ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4, newcomers: 2}, seed)
 		ld.waitCreated(t, 50, 30*time.Second)
 		for _, f := range haFaults {
 			time.Sleep(time.Duration(rng.IntN(2000)) * time.Millisecond) // the fault's moment in the batches

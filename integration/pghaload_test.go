@@ -54,19 +54,25 @@ type haLoad struct {
 // attempt was sent and when it came back.
 type haCreated struct{ sent, answered time.Time }
 
-// haMix is how many clients of each kind a failover run has.
-type haMix struct{ buyers, carts, clickers int }
+// haMix is how many clients of each kind a failover run has. A newcomer
+// sends each order once, with a new key, and moves on whatever the answer
+// (a customer arriving while the others retry keys whose outcome is in
+// doubt): its 201s show when new orders go through again.
+type haMix struct{ buyers, carts, clickers, newcomers int }
 
 // startHALoad starts the clients of mix; seed picks their products and
 // the keys' prefix, so that the loads of two seeds on one group never
 // share a key.
 func startHALoad(d *drill, ds []*daemon, mix haMix, seed uint64) *haLoad {
 	l := &haLoad{d: d, ds: ds, quit: make(chan struct{}), changed: make(chan struct{})}
-	for i := range mix.buyers + mix.carts + mix.clickers {
+	for i := range mix.buyers + mix.carts + mix.clickers + mix.newcomers {
 		kind := haBuyer
-		if i >= mix.buyers+mix.carts {
+		switch {
+		case i >= mix.buyers+mix.carts+mix.clickers:
+			kind = haNewcomer
+		case i >= mix.buyers+mix.carts:
 			kind = haClicker
-		} else if i >= mix.buyers {
+		case i >= mix.buyers:
 			kind = haCarts
 		}
 		l.wg.Add(1)
@@ -80,6 +86,7 @@ const (
 	haBuyer = iota
 	haCarts
 	haClicker
+	haNewcomer
 )
 
 // client orders until the load stops (at most 100000 keys).
@@ -95,6 +102,10 @@ func (l *haLoad) client(user string, kind int, rng *rand.Rand) {
 		body := buy(haProducts[rng.IntN(len(haProducts))], 1)
 		if kind == haCarts {
 			body = haCart(rng)
+		}
+		if kind == haNewcomer {
+			l.once(user, key, body, n)
+			continue
 		}
 		if kind != haClicker {
 			if id := l.untilFinal(user, key, body, n); id != "" && n%2 == 0 {
@@ -141,6 +152,20 @@ func (l *haLoad) untilFinal(user, key, body string, turn int) string {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return ""
+}
+
+// once sends key once and records the answer, waiting 200ms after one
+// that was not final.
+func (l *haLoad) once(user, key, body string, turn int) {
+	sent := time.Now()
+	p := l.ds[turn%len(l.ds)]
+	r, err := l.d.create(p, user, key, body)
+	if err != nil {
+		l.noAnswer(user, key, p, sent, err)
+	}
+	if !l.record(user, key, r, err, sent) {
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // noAnswer notes an attempt that got no answer.

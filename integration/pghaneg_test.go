@@ -53,7 +53,7 @@ func TestPostgresAsyncLosesOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.pool.Reset() // the primary's proxy was rebuilt: its connections are closed
-	ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4}, 20261203)
+	ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4, newcomers: 2}, 20261203)
 	ld.waitCreated(t, 150, time.Minute)
 	d.waitShipped(t, 10, time.Minute)
 	before := fenceCounters(t, d.pool)

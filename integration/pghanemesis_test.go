@@ -49,7 +49,7 @@ func TestPostgresHAMembers(t *testing.T) {
 	d.startHAShipper(k.shipper)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4}, 20261206)
+	ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4, newcomers: 2}, 20261206)
 	ld.waitCreated(t, 50, 30*time.Second)
 	before := fenceCounters(t, d.pool)
 	c := nemesis.PostgresHA(g)
