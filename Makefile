@@ -81,7 +81,7 @@ api-report:
 RACE_PKGS := ./quorum/... ./orders/ ./orders/store/ ./etcdlock/... ./devtools/testbed/... \
 	./orders/... ./fencing/... ./devtools/nemesis/... ./cmd/quorumctl/ ./cmd/shipper/ \
 	./lease/... ./internal/... ./devtools/chaos/... ./devtools/checker/... ./devtools/fakepay/... \
-	./devtools/audit/... ./devtools/locktest/... ./devtools/storetest/...
+	./devtools/audit/... ./devtools/locktest/... ./devtools/storetest/... ./devtools/blackhole/...
 # Without it: the packages whose tests spend their time waiting on servers
 # and processes (the end-to-end suites, the commands, the compose stack,
 # the alert rules).

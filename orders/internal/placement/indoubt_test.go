@@ -5,59 +5,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/quorumlock/quorumlock/devtools/blackhole"
 	"github.com/quorumlock/quorumlock/orders/internal/answer"
 	"github.com/quorumlock/quorumlock/orders/request"
 	"github.com/quorumlock/quorumlock/orders/store"
 )
-
-// silentServer accepts TCP connections and never answers, as a paused
-// Postgres does (the kernel completes its handshakes): a connection to it
-// waits until its context ends. Close closes the listener and every
-// connection it accepted.
-type silentServer struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	done  chan struct{}
-}
-
-func newSilentServer(t *testing.T) *silentServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &silentServer{ln: ln, done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-s.done
-		s.mu.Lock()
-		for _, c := range s.conns {
-			_ = c.Close()
-		}
-		s.mu.Unlock()
-	})
-	return s
-}
 
 // A transaction of a batch of six orders failed in a way that may have
 // committed, and Postgres does not answer: the lookups that would tell
@@ -65,8 +22,12 @@ func newSilentServer(t *testing.T) *silentServer {
 // one wait, not six. (Each lookup had its own 3 s: a batch of seven held
 // its clients 21 s, past their timeouts, while a primary was paused.)
 func TestInDoubtBatchAnswersAfterOneWait(t *testing.T) {
-	srv := newSilentServer(t)
-	pool, err := pgxpool.New(t.Context(), fmt.Sprintf("postgres://u@%s/db?sslmode=disable&connect_timeout=60", srv.ln.Addr()))
+	srv, err := blackhole.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pool, err := pgxpool.New(t.Context(), fmt.Sprintf("postgres://u@%s/db?sslmode=disable&connect_timeout=60", srv.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
