@@ -27,6 +27,7 @@ type config struct {
 	queueLimit        int
 	queueWait         time.Duration
 	soldOutFor        time.Duration
+	deadline          time.Duration
 	metrics           *Metrics
 	log               *slog.Logger
 	failpoints        *failpoint.Set
@@ -121,6 +122,17 @@ func WithPaymentCallbacks(secret []byte, tolerance time.Duration) Option {
 // WithRetryAfter sets the Retry-After of 503 answers (default 1s).
 func WithRetryAfter(d time.Duration) Option {
 	return func(c *config) error { c.retry = d; return positive(d, "retry-after") }
+}
+
+// WithDeadline bounds one request of the routes other than POST /orders
+// (whose placing has its own budget, under the processing lease): reading,
+// paying and cancelling an order, polling a create request, a provider's
+// callback. When it runs out, say because the database does not answer
+// (a paused or cut-off primary), the client gets 503 with Retry-After
+// instead of waiting. The default is the placing budget plus the payment
+// provider's call timeout.
+func WithDeadline(d time.Duration) Option {
+	return func(c *config) error { c.deadline = d; return positive(d, "deadline") }
 }
 
 // WithBatchLimit sets the most orders one transaction places (default

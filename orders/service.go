@@ -51,8 +51,8 @@ func New(st *store.Store, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	api, err := transport.New(transport.Config{Flow: flow, Store: st, Payments: c.payments, Restocked: placer.Restocked,
-		Codes: c.codes, Retry: c.retry, CallbackSecret: c.callbackSecret, CallbackTolerance: c.callbackTolerance,
-		Metrics: c.metrics, Log: c.log})
+		Codes: c.codes, Retry: c.retry, Deadline: c.requestDeadline(), CallbackSecret: c.callbackSecret,
+		CallbackTolerance: c.callbackTolerance, Metrics: c.metrics, Log: c.log})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -66,6 +66,19 @@ func (c config) budget() time.Duration {
 		return 30 * time.Second
 	}
 	return c.idem.Lease() * 4 / 5
+}
+
+// requestDeadline bounds the requests other than POST /orders: the
+// option's, else the placing budget plus the provider's call timeout.
+func (c config) requestDeadline() time.Duration {
+	if c.deadline > 0 {
+		return c.deadline
+	}
+	d := c.budget()
+	if c.payments != nil {
+		d += c.payments.CallTimeout()
+	}
+	return d
 }
 
 // outcomeWait is the Retry-After of an outcome in doubt: the kept claim

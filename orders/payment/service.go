@@ -131,6 +131,10 @@ const (
 	ReasonQueryFailed = "the payment provider could not be asked about the charge; the reconciler asks again"
 )
 
+// CallTimeout is the bound on one charge or query at the provider
+// (WithCallTimeout).
+func (s *Service) CallTimeout() time.Duration { return s.callTimeout }
+
 // Pay charges order orderID once. It moves the order CREATED -> PAYING and
 // records a PENDING payment with request id [RequestID](orderID), then
 // sends the charge with that id:

@@ -32,6 +32,9 @@ type Config struct {
 	Codes Codes
 	// Retry is the Retry-After of 503 answers.
 	Retry time.Duration
+	// Deadline bounds one request of every route but POST /orders, whose
+	// flow has its own budget; 0 leaves them unbounded.
+	Deadline time.Duration
 	// CallbackSecret and CallbackTolerance check provider callbacks; no
 	// secret answers 404 on their route.
 	CallbackSecret    []byte

@@ -32,12 +32,32 @@ func (api *API) Handler(v *auth.Verifier) http.Handler {
 		})
 	}
 	route("POST /orders", api.handleCreate)
-	route("GET /orders/{id}", api.handleGet)
-	route("POST /orders/{id}/pay", api.handlePay)
-	route("POST /orders/{id}/cancel", api.handleCancel)
-	route("GET /orders/requests", api.handleRequest)
-	mux.HandleFunc("POST /payments/callback", api.handleCallback)
+	route("GET /orders/{id}", api.bounded(api.handleGet))
+	route("POST /orders/{id}/pay", api.bounded(api.handlePay))
+	route("POST /orders/{id}/cancel", api.bounded(api.handleCancel))
+	route("GET /orders/requests", api.bounded(api.handleRequest))
+	mux.HandleFunc("POST /payments/callback", func(w http.ResponseWriter, r *http.Request) {
+		if api.Deadline > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), api.Deadline)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		api.handleCallback(w, r)
+	})
 	return mux
+}
+
+// bounded runs h within the Deadline: a database that does not answer
+// ends in a 503 with Retry-After, not in a client left waiting.
+func (api *API) bounded(h func(ctx context.Context, user string, r *http.Request) Reply) func(context.Context, string, *http.Request) Reply {
+	if api.Deadline <= 0 {
+		return h
+	}
+	return func(ctx context.Context, user string, r *http.Request) Reply {
+		ctx, cancel := context.WithTimeout(ctx, api.Deadline)
+		defer cancel()
+		return h(ctx, user, r)
+	}
 }
 
 func authed(r *http.Request, v *auth.Verifier, h func(context.Context, string, *http.Request) Reply) Reply {
