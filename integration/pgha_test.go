@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -291,7 +293,7 @@ func (d *drill) haVerdict(responses []audit.Response) {
 	effects := d.haEffects(d.t)
 	e := audit.Effects(rows, effects)
 	if !v.OK() || !e.OK() {
-		d.haDiagnose(v)
+		d.haDiagnose(v, e)
 		d.t.Fatalf("checker: %s; effects (%s): %s", firstLines(v.String(), 8), audit.EffectKinds(effects), firstLines(e.String(), 8))
 	}
 	d.t.Logf("checker: %v; effects (%s): %v", v, audit.EffectKinds(effects), e)
@@ -300,12 +302,15 @@ func (d *drill) haVerdict(responses []audit.Response) {
 // haDiagnose says, for a failed verdict, what each data node holds: its
 // role, its orders, and whether it has the first orders the checker
 // missed, read on each node alone.
-func (d *drill) haDiagnose(v audit.Report) {
+func (d *drill) haDiagnose(reports ...audit.Report) {
 	var missing []string
-	for _, x := range v.Violations {
-		if _, rest, ok := strings.Cut(x.Detail, `got order "`); ok && len(missing) < 5 {
-			id, _, _ := strings.Cut(rest, `"`)
-			missing = append(missing, id)
+	for _, r := range reports {
+		for _, x := range r.Violations {
+			for _, f := range strings.FieldsFunc(x.Detail, func(c rune) bool { return c == '"' || c == ' ' || c == ',' || c == '(' }) {
+				if strings.HasPrefix(f, "ord_") && len(missing) < 5 && !slices.Contains(missing, f) {
+					missing = append(missing, f)
+				}
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -323,6 +328,30 @@ func (d *drill) haDiagnose(v audit.Report) {
 		_ = conn.Close(ctx)
 	}
 	d.t.Logf("monitor: %v", haEvents(ctx, d.bed.PostgresHA))
+	for _, n := range d.bed.PostgresHA.Nodes {
+		d.t.Logf("%s's log, its role changes and released commits:\n%s", n.Name(), roleLines(filepath.Join(n.Dir(), "pg_autoctl.log")))
+	}
+}
+
+// roleLines are the lines of a data node's log that tell its role changes
+// and the commits whose wait for the standby ended without it (at most the
+// last 80).
+func roleLines(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		low := strings.ToLower(l)
+		for _, w := range []string{"synchronous", "transition", "promot", "demot", "drain", "terminat", "rewind", "canceling", "committed locally", "fast shutdown", "ready to accept"} {
+			if strings.Contains(low, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out[max(0, len(out)-80):], "\n")
 }
 
 // refusesWrites checks that the node at dsn, alone, takes no write.
