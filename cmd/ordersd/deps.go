@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -108,7 +109,13 @@ func openDatabase(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", errors.New("ORDERS_DATABASE_URL cannot be parsed (its text is not shown: it may hold a password)"))
+	}
+	pref := &hostPreference{}
+	pcfg.BeforeConnect, pcfg.AfterConnect = pref.beforeConnect, pref.afterConnect
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
