@@ -64,6 +64,9 @@ func (r *Relay) PublishOnce(ctx context.Context) (n int, err error) {
 	if len(evs) == 0 {
 		return 0, tx.Commit(ctx)
 	}
+	if err := r.durable(ctx); err != nil {
+		return 0, err
+	}
 	sentIDs, streamIDs, perr := r.publish(ctx, ids, evs)
 	if len(sentIDs) == 0 {
 		return 0, fmt.Errorf("events: relay: publish: %w", perr)
@@ -81,6 +84,30 @@ FROM unnest($1::bigint[], $2::text[]) AS v(id, sid) WHERE e.id = v.id`, sentIDs,
 		return len(sentIDs), fmt.Errorf("events: relay: %d of %d not published: %w", len(evs)-len(sentIDs), len(evs), perr)
 	}
 	return len(sentIDs), nil
+}
+
+// durable returns once the rows the relay read are on the synchronous
+// standby: a transaction of its own writes a row of sync_marks (see
+// store.AwaitDurable) and commits, which returns only once the standby has
+// all the WAL before it, the rows' commits included. A read alone cannot tell: rows whose commit's
+// wait for the standby ended without it (its backend terminated, as when
+// a primary that lost its standby is stopped) are visible on that primary
+// alone, and an event published for them would outlive their order after
+// a failover. Where replication is not synchronous, it returns at once.
+func (r *Relay) durable(ctx context.Context) error {
+	tx, err := r.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("events: relay: durable: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO sync_marks (slot, at) VALUES (pg_backend_pid() % 64, now())
+ON CONFLICT (slot) DO UPDATE SET at = EXCLUDED.at`); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("events: relay: durable: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("events: relay: durable: %w", err)
+	}
+	return nil
 }
 
 // readOutbox reads up to batch unsent rows in tx, oldest first, and locks

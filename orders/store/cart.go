@@ -184,6 +184,13 @@ func (s *Store) cartsTx(ctx context.Context, carts []Cart) (_ []CartResult, err 
 	if err != nil {
 		return nil, err
 	}
+	if len(fresh) < len(orders) {
+		// Some answers replay saved outcomes: the commit must not return
+		// before they are durable.
+		if err := AwaitDurable(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]CartResult, len(carts))
 	if len(fresh) > 0 {
 		if err := s.sellCarts(ctx, tx, carts, fresh, placed, out); err != nil {

@@ -62,6 +62,7 @@
 // # Schema
 //
 // [Migrate] applies the embedded goose migrations (tables product_stock,
-// orders, request_outcomes, payments and fence_counters). It is idempotent
+// orders, request_outcomes, payments and fence_counters, and sync_marks,
+// the row [AwaitDurable] writes). It is idempotent
 // and safe to run from several processes at once.
 package store

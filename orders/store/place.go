@@ -109,7 +109,9 @@ func replay(saved Outcome, fingerprint string) (Outcome, error) {
 //
 // Lookup first waits for any PlaceCarts of the same pair that is still in
 // its transaction, so ErrNotFound means that no outcome was committed and
-// none was being committed when Lookup returned. A request whose processing
+// none was being committed when Lookup returned. An outcome it returns is
+// on the synchronous standby too (AwaitDurable): on a primary whose standby
+// does not answer, it waits until ctx ends. A request whose processing
 // lease expired can use it to decide between replaying and proceeding.
 func (s *Store) Lookup(ctx context.Context, userID string, key request.Key) (Outcome, error) {
 	if err := checkText("user id", userID, request.MaxUserIDLen); err != nil {
@@ -123,13 +125,15 @@ func (s *Store) Lookup(ctx context.Context, userID string, key request.Key) (Out
 
 func (s *Store) lookup(ctx context.Context, userID, key string) (Outcome, error) {
 	var out Outcome
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtext($1), hashtext($2))`, userID, key); err != nil {
 			return fmt.Errorf("store: lookup: wait for key: %w", err)
 		}
 		var err error
-		out, err = lookupTx(ctx, tx, userID, key)
-		return err
+		if out, err = lookupTx(ctx, tx, userID, key); err != nil {
+			return err
+		}
+		return AwaitDurable(ctx, tx)
 	})
 	if err != nil {
 		return Outcome{}, err
@@ -137,6 +141,28 @@ func (s *Store) lookup(ctx context.Context, userID, key string) (Outcome, error)
 	out.Replayed = true
 	return out, nil
 }
+
+// AwaitDurable makes the commit of tx wait for the synchronous standby, as
+// a write's commit does: tx writes a row of sync_marks (a commit waits for
+// the standby only when its transaction wrote WAL), so its commit returns
+// only once the standby has its WAL. What tx read was committed earlier in
+// the WAL, so it is on the standby too by then.
+// A read alone cannot tell: a transaction whose wait for the standby was
+// ended without it (its backend terminated, as when a primary that lost
+// its standby is stopped) is visible as committed on that primary alone,
+// and a failover to the standby loses it. Where replication is not
+// synchronous, the commit returns at once.
+func AwaitDurable(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, markSync); err != nil {
+		return fmt.Errorf("store: mark for the standby: %w", err)
+	}
+	return nil
+}
+
+// markSync is AwaitDurable's write; the relay of package events runs the
+// same.
+const markSync = `INSERT INTO sync_marks (slot, at) VALUES (pg_backend_pid() % 64, now())
+ON CONFLICT (slot) DO UPDATE SET at = EXCLUDED.at`
 
 // lookupTx reads the saved outcome of (userID, key): an order first, then a
 // saved rejection.
