@@ -184,7 +184,7 @@ func (s *Store) cartsTx(ctx context.Context, carts []Cart) (_ []CartResult, err 
 	if err != nil {
 		return nil, err
 	}
-	if len(fresh) < len(orders) {
+	if slices.ContainsFunc(placed, func(p Placed) bool { return p.Outcome.Kind != "" || p.Err != nil }) {
 		// Some answers replay saved outcomes: the commit must not return
 		// before they are durable.
 		if err := AwaitDurable(ctx, tx); err != nil {
