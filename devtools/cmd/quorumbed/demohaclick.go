@@ -1,11 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,12 +130,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// report prints each click's trace, the body of the first 503 one got and
+// report prints each click's trace, the body of each kind of 503 and
 // a count of the answers, keeps the final answers for the audit, and
 // returns the clicks' failures.
 func (s *haStory) report(traces []haTrace) error {
 	var errs []error
-	var unavailable string
+	var unavailable []string // the distinct bodies of the 503s
 	var answers, unavail int
 	var slowest time.Duration
 	for i, t := range traces {
@@ -146,7 +146,9 @@ func (s *haStory) report(traces []haTrace) error {
 		for _, r := range t.answers {
 			if r.status == http.StatusServiceUnavailable {
 				unavail++
-				unavailable = cmp.Or(unavailable, r.body)
+				if body := strings.TrimSpace(r.body); !slices.Contains(unavailable, body) {
+					unavailable = append(unavailable, body)
+				}
 			}
 		}
 		answers, slowest = answers+len(t.answers), max(slowest, t.slowest)
@@ -155,8 +157,8 @@ func (s *haStory) report(traces []haTrace) error {
 			s.resps = append(s.resps, audit.Response{UserID: "u1001", IdempotencyKey: t.key, Status: f.status, Body: f.body, OrderID: f.orderID})
 		}
 	}
-	if unavailable != "" {
-		fmt.Fprintf(s.out, "  what a 503 said: %s\n", strings.TrimSpace(unavailable))
+	for _, body := range unavailable {
+		fmt.Fprintf(s.out, "  what a 503 said: %s\n", body)
 	}
 	if len(errs) == 0 {
 		with := ""
