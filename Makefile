@@ -22,6 +22,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 
 help:
 	@echo "make demo    run the main job on a test bed (docker when the images exist, else local processes; installs redis-server and postgresql only)"
+	@echo "make demo-ha the double-click story on a Postgres HA group (pg_auto_failover, local processes), the primary killed in its middle"
 	@echo "make test    every test: lint, then every package once on the bed's provider (with -race where it finds something), a short row of the other provider, the package times"
 	@echo "make images  build the local Redis, Postgres, Prometheus and etcd images from Debian packages"
 	@echo "make deps    install redis-server, postgresql, etcd-server, debootstrap, promtool (prometheus) and, where docker is, docker-compose when missing"
@@ -159,6 +160,18 @@ build:
 # runs on local processes) and builds no image: see scripts/demo.sh.
 demo:
 	@GO=$(GO) bash scripts/demo.sh
+
+# The demo's double-click story on a Postgres HA group, the primary killed
+# in its middle (quorumbed demo --ha). The group runs on local processes
+# only, so the binaries are built as the demo builds them for those
+# (-tags noetcd,nodocker); it needs redis-server and PostgreSQL
+# (scripts/deps.sh demo installs them) and pg_autoctl (make deps).
+demo-ha:
+	@bash scripts/deps.sh demo
+	@command -v pg_autoctl >/dev/null 2>&1 || { echo "demo-ha: pg_autoctl is missing (postgresql-15-auto-failover): run make deps" >&2; exit 1; }
+	@echo "demo-ha: building ordersd and quorumbed (provider: local)"
+	$(GO) build -tags noetcd,nodocker -o bin/ ./cmd/ordersd ./devtools/cmd/quorumbed
+	QUORUMLOCK_TESTBED=local bin/quorumbed demo --ha -ordersd bin/ordersd
 
 # The stack of compose/docker-compose.yml (project "quorumlock", from
 # compose/.env), healthy or a report of what is not; compose/README.md.

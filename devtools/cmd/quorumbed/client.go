@@ -26,11 +26,12 @@ func send(ctx context.Context, method, url, token string) demoResult {
 
 // demoResult is one answer of ordersd, or the error that stood in for it.
 type demoResult struct {
-	status   int
-	replayed bool
-	body     string
-	orderID  string
-	err      error
+	status     int
+	replayed   bool
+	retryAfter string // the Retry-After header, empty when absent
+	body       string
+	orderID    string
+	err        error
 }
 
 // postOrder posts body to url's /orders with the bearer token and the
@@ -49,7 +50,8 @@ func postOrder(ctx context.Context, url, token, key, body string) demoResult {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	r := demoResult{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", body: string(b), err: err}
+	r := demoResult{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+		retryAfter: resp.Header.Get("Retry-After"), body: string(b), err: err}
 	if i := strings.Index(r.body, `"orderId":"`); i >= 0 {
 		rest := r.body[i+len(`"orderId":"`):]
 		r.orderID, _, _ = strings.Cut(rest, `"`)

@@ -53,7 +53,7 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 	}
 	defer payLn.Close()
 	payURL := "http://" + payLn.Addr().String()
-	env := demoEnv(base, b, payURL)
+	env := demoEnv(base, b, b.Postgres.DSN(), payURL)
 	runTool := ordersdTool(ctx, bins.ordersd, env)
 	if _, err := runTool("migrate"); err != nil {
 		return err
@@ -108,11 +108,12 @@ func trustBed(ctx context.Context, b *testbed.Bed) error {
 }
 
 // demoEnv is the environment of the demo's processes: base, then the bed's
-// ORDERS_* settings and the payment provider at payURL, which win.
-func demoEnv(base []string, b *testbed.Bed, payURL string) []string {
+// ORDERS_* settings (its masters, Postgres at dsn) and the payment provider
+// at payURL, which win.
+func demoEnv(base []string, b *testbed.Bed, dsn, payURL string) []string {
 	return slices.Concat(base, []string{
 		"ORDERS_REDIS_ADDRS=" + strings.Join(b.RedisAddrs(), ","),
-		"ORDERS_DATABASE_URL=" + b.Postgres.DSN(),
+		"ORDERS_DATABASE_URL=" + dsn,
 		"ORDERS_JWT_SECRET=" + demoSecret,
 		"ORDERS_LOCK_FALLBACK=db",
 		// The demo shows the stock lock at work on each order (its leases in
@@ -171,12 +172,10 @@ func doubleClickScenario(ctx context.Context, procs []*ordersdProc, token, dsn s
 	mismatch := postOrder(ctx, procs[0].url, token, "req-001", `{"productId": "42", "quantity": 2, "addressVersion": "v1"}`)
 	fmt.Fprintf(out, "\nsame key, quantity 2 instead of 1 -> %d %s\n", mismatch.status, mismatch.body)
 
-	rows, stock, err := orderState(ctx, dsn)
+	rows, stock, verdict, err := auditProduct42(ctx, dsn, 1, resps, out)
 	if err != nil {
 		return "", err
 	}
-	verdict := audit.Orders(map[string]audit.Stock{"42": {Initial: 1, Final: stock}}, rows, resps)
-	fmt.Fprintf(out, "\norders in Postgres: %d, stock of product 42 left: %d\naudit: %v\n", len(rows), stock, verdict)
 	if !verdict.OK() || len(rows) != 1 || stock != 0 {
 		return "", errors.New("the seed scenario did not end with exactly one order and stock 0")
 	}
@@ -261,6 +260,19 @@ func payScenario(ctx context.Context, procs []*ordersdProc, pay *fakepay.Server,
 		return fmt.Errorf("the provider charged %d times", st.Charges)
 	}
 	return nil
+}
+
+// auditProduct42 reads the orders and the stock of product 42 at dsn,
+// judges them with resps, every final answer the clients got, against the
+// initial stock, and prints the count, the stock left and the verdict.
+func auditProduct42(ctx context.Context, dsn string, initial int64, resps []audit.Response, out io.Writer) ([]audit.OrderRow, int64, audit.Report, error) {
+	rows, stock, err := orderState(ctx, dsn)
+	if err != nil {
+		return nil, 0, audit.Report{}, err
+	}
+	verdict := audit.Orders(map[string]audit.Stock{"42": {Initial: initial, Final: stock}}, rows, resps)
+	fmt.Fprintf(out, "\norders in Postgres: %d, stock of product 42 left: %d\naudit: %v\n", len(rows), stock, verdict)
+	return rows, stock, verdict, nil
 }
 
 func orderState(ctx context.Context, dsn string) ([]audit.OrderRow, int64, error) {

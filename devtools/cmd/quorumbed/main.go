@@ -8,6 +8,9 @@
 //	    start five Redis masters and Postgres, show each answering, run the
 //	    seed scenario against three ordersd processes, show the operator's
 //	    view (metrics, quorumctl status, inspect and invariants), stop
+//	quorumbed demo --ha [--ordersd PATH]
+//	    start five Redis masters and a Postgres HA group, run the
+//	    double-click story with the primary killed in its middle, stop
 //	quorumbed bed [--redis N] [--hold]
 //	    start a bed, print its addresses as environment lines; with --hold
 //	    keep it up until interrupted
@@ -89,8 +92,9 @@ hosts. The operator's tool is quorumctl.`,
 
 func (a *app) demoCmd() *cobra.Command {
 	var ordersd, quorumctl, shipper string
+	var ha bool
 	cmd := &cobra.Command{
-		Use:   "demo [--ordersd PATH] [--quorumctl PATH] [--shipper PATH]",
+		Use:   "demo [--ha] [--ordersd PATH] [--quorumctl PATH] [--shipper PATH]",
 		Short: "Start a bed and run the seed scenario against three ordersd processes",
 		Long: `demo starts five Redis masters and Postgres, shows each answering, runs the
 seed scenario (three identical requests for the last unit on three ordersd
@@ -102,12 +106,26 @@ stops the bed.
 
 ordersd is --ordersd, else bin/ordersd, else ordersd on PATH. quorumctl is
 --quorumctl, else the quorumctl next to that ordersd, else bin/quorumctl,
-else quorumctl on PATH; shipper likewise.`,
+else quorumctl on PATH; shipper likewise.
+
+With --ha the bed's Postgres is a pg_auto_failover group (a monitor, a
+primary and a synchronous standby; local processes only, pg_autoctl
+needed) and the story is the double-click's alone, on three ordersd on the
+group's multi-host URI: one double-click, then a second during which the
+primary is killed (SIGKILL) with the order waiting inside it; what the
+clients see until the standby is promoted (503 with Retry-After), the
+monitor's events, /readyz naming the new primary, the old primary back as
+a standby that refuses writes, the audit and the timings. Only ordersd is
+needed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ordersdPath, err := findOrdersd(ordersd)
 			if err != nil {
 				return cli.UsageError("%w", err)
+			}
+			if ha {
+				a.phase.Begin()
+				return demoHA(cmd.Context(), ordersdPath, a.env, a.stdout)
 			}
 			quorumctlPath, err := findQuorumctl(quorumctl, ordersdPath)
 			if err != nil {
@@ -121,6 +139,7 @@ else quorumctl on PATH; shipper likewise.`,
 			return demo(cmd.Context(), demoBins{ordersd: ordersdPath, quorumctl: quorumctlPath, shipper: shipperPath}, a.env, a.stdout)
 		},
 	}
+	cmd.Flags().BoolVar(&ha, "ha", false, "run the double-click story on a Postgres HA group, killing the primary in its middle")
 	cmd.Flags().StringVar(&ordersd, "ordersd", "", "path of the ordersd binary (default bin/ordersd, then PATH)")
 	cmd.Flags().StringVar(&quorumctl, "quorumctl", "", "path of the quorumctl binary (default next to ordersd, then bin/quorumctl, then PATH)")
 	cmd.Flags().StringVar(&shipper, "shipper", "", "path of the shipper binary (default next to ordersd, then bin/shipper, then PATH)")

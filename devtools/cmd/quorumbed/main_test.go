@@ -85,6 +85,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bed", "extra"}, `unknown command "extra"`},
 		{[]string{"demo", "-ordersd", "/nonexistent/ordersd"}, "-ordersd /nonexistent/ordersd: not an executable file"},
 		{[]string{"demo", "-ordersd", fakeOrdersd, "extra"}, `unknown command "extra"`},
+		{[]string{"demo", "-ha", "-ordersd", "/nonexistent/ordersd"}, "-ordersd /nonexistent/ordersd: not an executable file"},
+		{[]string{"demo", "--ha=maybe", "-ordersd", fakeOrdersd}, `invalid argument "maybe" for "--ha"`},
 		{[]string{"demo", "-ordersd", fakeOrdersd, "-quorumctl", "/nonexistent/quorumctl"}, "-quorumctl /nonexistent/quorumctl: not an executable file"},
 		{[]string{"demo", "-ordersd", fakeOrdersd, "-quorumctl", dir}, "-quorumctl " + dir + ": not an executable file"},
 		{[]string{"demo", "-ordersd", fakeOrdersd, "-quorumctl", fakeCtl, "--nosuchflag"}, "unknown flag: --nosuchflag"},
@@ -110,6 +112,7 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"demo", "-ordersd=bin/ordersd"}, []string{"demo", "--ordersd=bin/ordersd"}},
 		{[]string{"demo", "-ordersd", "bin/ordersd", "-quorumctl", "bin/quorumctl"}, []string{"demo", "--ordersd", "bin/ordersd", "--quorumctl", "bin/quorumctl"}},
 		{[]string{"demo", "--ordersd", "-quorumctl"}, []string{"demo", "--ordersd", "-quorumctl"}}, // a value is never rewritten
+		{[]string{"demo", "-ha", "-ordersd", "bin/ordersd"}, []string{"demo", "--ha", "--ordersd", "bin/ordersd"}},
 		{[]string{"bed", "-redis", "3", "-hold"}, []string{"bed", "--redis", "3", "--hold"}},
 		{[]string{"bed", "--", "-hold"}, []string{"bed", "--", "-hold"}},
 		{[]string{"bed", "-nosuchflag"}, []string{"bed", "-nosuchflag"}},
