@@ -18,7 +18,7 @@ APIDIFF_VERSION := v0.0.0-20261113113407-e3970619a1a4
 API_PACKAGES := quorum etcdlock fencing lease
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps images lint api-baseline api-report test test-go test-build bench lockbench orderbench chaos fuzz demo build up down compose-up compose-down clean
+.PHONY: help deps images lint api-baseline api-report test test-go test-build bench lockbench orderbench chaos fuzz demo demo-ha build up down compose-up compose-down clean
 
 help:
 	@echo "make demo    run the main job on a test bed (docker when the images exist, else local processes; installs redis-server and postgresql only)"
@@ -167,8 +167,7 @@ demo:
 # (-tags noetcd,nodocker); it needs redis-server and PostgreSQL
 # (scripts/deps.sh demo installs them) and pg_autoctl (make deps).
 demo-ha:
-	@bash scripts/deps.sh demo
-	@command -v pg_autoctl >/dev/null 2>&1 || { echo "demo-ha: pg_autoctl is missing (postgresql-15-auto-failover): run make deps" >&2; exit 1; }
+	@bash scripts/deps.sh demo-ha
 	@echo "demo-ha: building ordersd and quorumbed (provider: local)"
 	$(GO) build -tags noetcd,nodocker -o bin/ ./cmd/ordersd ./devtools/cmd/quorumbed
 	QUORUMLOCK_TESTBED=local bin/quorumbed demo --ha -ordersd bin/ordersd

@@ -13,14 +13,16 @@
 #                            without it under CI=true)
 #   scripts/deps.sh demo     only what `make demo` needs on local processes:
 #                            redis-server and PostgreSQL
+#   scripts/deps.sh demo-ha  what `make demo-ha` needs: those and
+#                            pg_auto_failover
 #
 # As a non-root user it prints the command instead of running it.
 set -euo pipefail
 
 scope=${1:-all}
 case $scope in
-all | demo) ;;
-*) echo "usage: $0 [all|demo]" >&2; exit 2 ;;
+all | demo | demo-ha) ;;
+*) echo "usage: $0 [all|demo|demo-ha]" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -28,7 +30,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   missing+=(postgresql)
 fi
-if [ "$scope" = all ]; then
+if [ "$scope" != demo ]; then
   # pg_auto_failover's extension is built for one PostgreSQL major: the one
   # installed (the highest, if several), else the one the postgresql
   # package brings on Debian bookworm. Its package brings pg_autoctl.
@@ -37,6 +39,8 @@ if [ "$scope" = all ]; then
   if ! command -v pg_autoctl >/dev/null 2>&1 || [ ! -e "/usr/lib/postgresql/$pg_major/lib/pgautofailover.so" ]; then
     missing+=("postgresql-$pg_major-auto-failover")
   fi
+fi
+if [ "$scope" = all ]; then
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
   command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
@@ -63,6 +67,8 @@ stop_service() {
 if [ ${#missing[@]} -eq 0 ]; then
   if [ "$scope" = demo ]; then
     echo "deps: redis-server and postgresql are installed"
+  elif [ "$scope" = demo-ha ]; then
+    echo "deps: redis-server, postgresql and pg_auto_failover are installed"
   else
     echo "deps: redis-server, postgresql, pg_auto_failover, etcd, debootstrap and promtool are installed$(command -v docker-compose >/dev/null 2>&1 && echo ', and docker-compose')"
   fi
