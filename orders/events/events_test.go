@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -250,6 +251,9 @@ func (f failMark) Begin(ctx context.Context) (pgx.Tx, error) {
 type failTx struct{ pgx.Tx }
 
 func (f failTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !strings.Contains(sql, "SET sent_at") {
+		return f.Tx.Exec(ctx, sql, args...)
+	}
 	return pgconn.CommandTag{}, errors.New("injected: the relay died before marking the rows sent")
 }
 
