@@ -216,6 +216,7 @@ func (l *haLoad) recordPay(r reply, err error) bool {
 		l.tally.payFailed++
 	default:
 		l.tally.other++
+		l.odd = append(l.odd, fmt.Sprintf("pay: %s", r))
 	}
 	return true
 }
