@@ -30,6 +30,7 @@ type deps struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	pool     *pgxpool.Pool
+	hosts    *hostPreference             // the pool's preferred host, which the primary watch may clear
 	clients  []redis.UniversalClient     // the Redis masters: the lock's nodes and the idempotency records
 	lock     lease.Locker                // nil with ORDERS_LOCK=off
 	etcdUp   func(context.Context) error // the etcd backend's readiness probe, else nil
@@ -66,7 +67,7 @@ func dependencies(ctx context.Context, cfg config, log *slog.Logger, reg *promet
 		}
 	}()
 	d := &deps{log: log, reg: reg}
-	if d.pool, err = openDatabase(ctx, cfg); err != nil {
+	if d.pool, d.hosts, err = openDatabase(ctx, cfg); err != nil {
 		return nil, nil, err
 	}
 	closers.add(d.pool.Close)
@@ -99,27 +100,27 @@ func dependencies(ctx context.Context, cfg config, log *slog.Logger, reg *promet
 // openDatabase runs the migrations when configured to, and opens the pool.
 // The URL gets the defaults of withDBDefaults: with several hosts, it
 // connects to the one that takes writes.
-func openDatabase(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+func openDatabase(ctx context.Context, cfg config) (*pgxpool.Pool, *hostPreference, error) {
 	url, err := withDBDefaults(cfg.databaseURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cfg.migrate {
 		if _, err := store.MigrateDSN(ctx, url); err != nil {
-			return nil, fmt.Errorf("migrate: %w", err)
+			return nil, nil, fmt.Errorf("migrate: %w", err)
 		}
 	}
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", errors.New("ORDERS_DATABASE_URL cannot be parsed (its text is not shown: it may hold a password)"))
+		return nil, nil, fmt.Errorf("postgres: %w", errors.New("ORDERS_DATABASE_URL cannot be parsed (its text is not shown: it may hold a password)"))
 	}
 	pref := &hostPreference{}
 	pcfg.BeforeConnect, pcfg.AfterConnect = pref.beforeConnect, pref.afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, nil, fmt.Errorf("postgres: %w", err)
 	}
-	return pool, nil
+	return pool, pref, nil
 }
 
 // redisOptions are the go-redis options of a lock client: calls bounded by

@@ -15,7 +15,9 @@ import (
 // the URL's order; after a failover the old primary may come first, and
 // when it hangs (paused, or cut off) every new connection spends its
 // connect timeout on it before it reaches the new one. It is the pool's
-// BeforeConnect and AfterConnect.
+// BeforeConnect and AfterConnect; the primary watch has it forget the
+// host when the pool no longer reaches a primary (a preferred host that
+// hangs would cost each new connection the same timeout).
 type hostPreference struct {
 	mu   sync.Mutex
 	last string // host:port of the URL, as hostsOf names it; "" none yet
@@ -57,4 +59,12 @@ func (h *hostPreference) afterConnect(ctx context.Context, c *pgx.Conn) error {
 		h.mu.Unlock()
 	}
 	return nil
+}
+
+// forget drops the preference: new connections try the hosts in the URL's
+// order until one finds a primary again.
+func (h *hostPreference) forget() {
+	h.mu.Lock()
+	h.last = ""
+	h.mu.Unlock()
 }

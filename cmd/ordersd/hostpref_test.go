@@ -53,6 +53,11 @@ func TestHostPreference(t *testing.T) {
 	if cc.TLSConfig == nil || cc.Fallbacks[0].TLSConfig != nil {
 		t.Fatalf("the TLS variants moved out of order: first TLS %v, second %v", cc.TLSConfig != nil, cc.Fallbacks[0].TLSConfig != nil)
 	}
+	h.forget()
+	cc = parse()
+	if err := h.beforeConnect(context.Background(), cc); err != nil || !slices.Equal(hostList(cc), want) {
+		t.Fatalf("forgotten: %v (%v), want %v", hostList(cc), err, want)
+	}
 	h.last = "10.9.9.9:1"
 	cc = parse()
 	if err := h.beforeConnect(context.Background(), cc); err != nil || !slices.Equal(hostList(cc), want) {

@@ -143,6 +143,9 @@ type primaryWatch struct {
 	pool           *pgxpool.Pool
 	every, timeout time.Duration
 	log            *slog.Logger
+	// lost, when set, is called with the reset: the pool's preferred host
+	// is forgotten (hostPreference.forget).
+	lost func()
 }
 
 // run probes every interval until ctx ends.
@@ -165,6 +168,9 @@ func (w primaryWatch) run(ctx context.Context) error {
 		case err != nil:
 			w.log.Warn("postgres: no primary reached; dropping the pool's connections", "err", err)
 			w.pool.Reset()
+			if w.lost != nil {
+				w.lost()
+			}
 			last = primary{host: -2}
 		case p != last:
 			w.log.Info("postgres: primary reached", "primary", p.String())

@@ -108,7 +108,7 @@ func runners(cfg config, d *deps) []runner {
 			})
 		}},
 		{name: "housekeeping", run: hk.run},
-		{name: "postgres primary watch", run: primaryWatch{pool: d.pool, every: time.Second, timeout: 2 * time.Second, log: d.log}.run},
+		{name: "postgres primary watch", run: primaryWatch{pool: d.pool, every: time.Second, timeout: 2 * time.Second, log: d.log, lost: d.hosts.forget}.run},
 	}
 	if d.relay != nil {
 		rs = append(rs, runner{name: "outbox relay", run: d.relay.Run})
