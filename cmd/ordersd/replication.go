@@ -69,6 +69,7 @@ type walSender struct {
 // replicationReport is what one round read from the primary.
 type replicationReport struct {
 	readable                   bool           // the role may read pg_stat_replication's columns
+	hidden                     bool           // there are walsenders whose columns the role may not read
 	standbys                   map[string]int // walsenders by state ("unknown" when unreadable)
 	sync                       int            // sync_state sync or quorum
 	lagBytes, lagSeconds       float64        // the largest replay lag (0 without standbys)
@@ -79,7 +80,7 @@ type replicationReport struct {
 // takes the largest replay lag. A walsender whose replay_lag is NULL (it
 // has caught up and nothing was written since) lags 0 s.
 func summarize(readable bool, senders []walSender) replicationReport {
-	r := replicationReport{readable: readable, standbys: map[string]int{}}
+	r := replicationReport{readable: readable, hidden: !readable && len(senders) > 0, standbys: map[string]int{}}
 	for _, s := range senders {
 		state := "unknown"
 		if s.state != nil {
@@ -170,7 +171,7 @@ func newReplicationMetrics(reg prometheus.Registerer) (*replicationMetrics, erro
 		standbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orders_postgres_standbys",
 			Help: "Standbys streaming from the Postgres primary (pg_stat_replication), by walsender state; unknown: the role may not read it (grant pg_monitor). NaN: the last round failed."}, []string{"state"}),
 		sync: gauge("orders_postgres_sync_standbys",
-			"Standbys whose commits the primary waits for (sync_state sync or quorum). NaN: not known (the last round failed, or the role lacks pg_monitor)."),
+			"Standbys whose commits the primary waits for (sync_state sync or quorum). NaN: not known (the last round failed, or the role lacks pg_monitor and there are walsenders)."),
 		lagBytes: gauge("orders_postgres_replication_lag_bytes",
 			"The largest replay lag of a standby, in bytes of WAL (pg_current_wal_lsn() - replay_lsn); 0 without standbys. NaN: not known."),
 		lagSeconds: gauge("orders_postgres_replication_lag_seconds",
@@ -192,14 +193,14 @@ func newReplicationMetrics(reg prometheus.Registerer) (*replicationMetrics, erro
 }
 
 // publish sets the gauges from a round's report. What the role may not
-// read is NaN.
+// read is NaN; without walsenders there is nothing it misses.
 func (m *replicationMetrics) publish(r replicationReport) {
 	for _, s := range standbyStates {
 		m.standbys.WithLabelValues(s).Set(float64(r.standbys[s]))
 	}
-	unknown := math.NaN()
-	if r.readable {
-		unknown = 0
+	unknown := 0.0
+	if r.hidden {
+		unknown = math.NaN()
 	}
 	m.sync.Set(float64(r.sync) + unknown)
 	m.lagBytes.Set(r.lagBytes + unknown)
@@ -288,8 +289,8 @@ func (c *monitorCollector) set(up bool, nodes []pghaNode) {
 // the replication state of the primary the pool reaches and, when a
 // monitor is set, the monitor's view of the group, and exports them. It
 // logs when a read starts or stops failing, and once that the role lacks
-// pg_monitor: a single Postgres without standbys gives zeros and no log
-// line.
+// pg_monitor when that hides a walsender's columns: a single Postgres
+// without standbys gives zeros and no log line, whatever the role.
 type replicationWatch struct {
 	pool           *pgxpool.Pool
 	monitor        *pgxpool.Pool // nil without ORDERS_PGHA_MONITOR_URL
@@ -387,7 +388,7 @@ func (w *replicationWatch) recordPrimary(rep replicationReport, err error) {
 	}
 	w.failing = false
 	w.m.publish(rep)
-	if !rep.readable && !w.warnedStats {
+	if rep.hidden && !w.warnedStats {
 		w.warnedStats = true
 		w.log.Warn(noStats)
 	}

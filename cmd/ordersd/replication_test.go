@@ -45,9 +45,10 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-// TestPublishUnreadable: what a role without pg_monitor cannot read is
-// NaN, not 0, so that no alert takes it for a missing standby; a failed
-// round makes every value NaN and the probe 0.
+// TestPublishUnreadable: what a role without pg_monitor cannot read of a
+// walsender is NaN, not 0, so that no alert takes it for a missing
+// standby (without walsenders nothing is missed); a failed round makes
+// every value NaN and the probe 0.
 func TestPublishUnreadable(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := newReplicationMetrics(reg)
@@ -70,6 +71,11 @@ func TestPublishUnreadable(t *testing.T) {
 		if got := gaugeOf(t, reg, c.name, c.labels...); !same(got, c.want) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	// Without walsenders the role misses nothing: a single Postgres.
+	m.publish(summarize(false, nil))
+	if got := gaugeOf(t, reg, "orders_postgres_sync_standbys"); got != 0 {
+		t.Errorf("no walsender, no pg_monitor: sync %v, want 0", got)
 	}
 	m.failed()
 	if got := gaugeOf(t, reg, "orders_postgres_replication_probe_success"); got != 0 {
