@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/quorumlock/quorumlock/internal/failpoint"
 	"github.com/quorumlock/quorumlock/internal/ordersenv"
 	"github.com/quorumlock/quorumlock/orders"
@@ -77,6 +79,7 @@ type config struct {
 	relayEvery       time.Duration   // ORDERS_RELAY_INTERVAL (0: this instance runs no relay)
 	outboxRetention  time.Duration   // ORDERS_OUTBOX_RETENTION
 	logLevel         slog.Level      // ORDERS_LOG_LEVEL
+	pghaMonitorURL   string          // ORDERS_PGHA_MONITOR_URL (a secret, optional: the pg_auto_failover monitor, for its metrics)
 }
 
 // rawFlags are the flags read as text (or set-or-not) and turned into
@@ -185,7 +188,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: ordersd serve [flags]")
-		fmt.Fprintln(out, "secrets, from the environment or a file (never a flag): ORDERS_DATABASE_URL or ORDERS_DATABASE_URL_FILE, ORDERS_JWT_SECRET or ORDERS_JWT_SECRET_FILE, ORDERS_PAYMENT_CALLBACK_SECRET or ORDERS_PAYMENT_CALLBACK_SECRET_FILE (optional: enables POST /payments/callback)")
+		fmt.Fprintln(out, "secrets, from the environment or a file (never a flag): ORDERS_DATABASE_URL or ORDERS_DATABASE_URL_FILE, ORDERS_JWT_SECRET or ORDERS_JWT_SECRET_FILE, ORDERS_PAYMENT_CALLBACK_SECRET or ORDERS_PAYMENT_CALLBACK_SECRET_FILE (optional: enables POST /payments/callback), ORDERS_PGHA_MONITOR_URL or ORDERS_PGHA_MONITOR_URL_FILE (optional: the pg_auto_failover monitor, read for the orders_pgha_* metrics)")
 		fs.PrintDefaults()
 	}
 	c.readSecrets(&errs)
@@ -215,6 +218,9 @@ func (c *config) readSecrets(errs *[]error) {
 		*errs = append(*errs, err)
 	}
 	if c.redisPassword, err = secret(ordersenv.VarRedisPassword); err != nil {
+		*errs = append(*errs, err)
+	}
+	if c.pghaMonitorURL, err = secret(varPGHAMonitorURL); err != nil {
 		*errs = append(*errs, err)
 	}
 	if c.failpoints, err = failpoint.FromEnv(); err != nil {
@@ -379,6 +385,9 @@ func (c config) checkEndpoints() error {
 	}
 	if c.databaseURL == "" {
 		errs = append(errs, errors.New("ORDERS_DATABASE_URL is empty"))
+	}
+	if _, err := pgconn.ParseConfig(c.pghaMonitorURL); c.pghaMonitorURL != "" && err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", varPGHAMonitorURL, errors.New("cannot be parsed (its text is not shown: it may hold a password)")))
 	}
 	if c.paymentURL == "" {
 		errs = append(errs, errors.New("ORDERS_PAYMENT_URL is empty: give the payment provider's base URL (devtools/cmd/fakepay for development)"))

@@ -33,6 +33,11 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 		return err
 	}
 	defer cleanup()
+	rw, err := newReplicationWatch(d.pool, cfg.pghaMonitorURL, reg, log)
+	if err != nil {
+		return err
+	}
+	defer rw.close()
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -46,7 +51,7 @@ func serve(ctx context.Context, cfg config, ready chan<- string, stderr io.Write
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
-	return runAll(ctx, cfg.shutdownWait, srv, ln, cancelBase, runners(cfg, d), log)
+	return runAll(ctx, cfg.shutdownWait, srv, ln, cancelBase, runners(cfg, d, rw), log)
 }
 
 // warnFailpoints says when QUORUMLOCK_FAILPOINTS is set: ignored by this
@@ -95,10 +100,11 @@ func (r runner) loop(ctx context.Context) error {
 }
 
 // runners are the background jobs of this instance: the payment
-// reconciler, the housekeeping (expiry and purges) and the watch on the
-// Postgres primary, and the outbox relay and the invariant watchdog when
-// they are on.
-func runners(cfg config, d *deps) []runner {
+// reconciler, the housekeeping (expiry and purges), the watch on the
+// Postgres primary and rw, the watch on its replication (and on the
+// pg_auto_failover monitor when one is set), and the outbox relay and the
+// invariant watchdog when they are on.
+func runners(cfg config, d *deps, rw *replicationWatch) []runner {
 	hk := housekeeping{store: d.store, relay: d.relay, svc: d.svc, hold: cfg.hold, outcomeRetention: cfg.outcomeRetention,
 		outboxRetention: cfg.outboxRetention, every: cfg.expireEvery, log: d.log}
 	rs := []runner{
@@ -109,6 +115,7 @@ func runners(cfg config, d *deps) []runner {
 		}},
 		{name: "housekeeping", run: hk.run},
 		{name: "postgres primary watch", run: primaryWatch{pool: d.pool, every: time.Second, timeout: 2 * time.Second, log: d.log, lost: d.hosts.forget}.run},
+		{name: "postgres replication watch", run: rw.run},
 	}
 	if d.relay != nil {
 		rs = append(rs, runner{name: "outbox relay", run: d.relay.Run})
