@@ -5,8 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/http"
-	"net/url"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -30,14 +31,19 @@ type bench struct {
 	// runID names the database and prefixes every user id, so runs never
 	// share one.
 	runID string
-	// dsn is the fresh, migrated database the instances share.
-	dsn string
+	// dbs are the fresh, migrated databases of the runs, by where they
+	// run (pgSingle, pgHA); db is the one of the run under way.
+	dbs map[string]*database
+	db  *database
+	// ha follows the HA group's primary and its monitor's events (nil
+	// without the group).
+	ha *haWatch
+	// meter measures the CPU split of the closed-loop runs (-cpu-split;
+	// else nil).
+	meter *cpuMeter
 	// etcdAddrs are the etcd members' own client addresses (none when no
 	// run locks on etcd).
 	etcdAddrs []string
-	// admin is a small pool of the command's own, for seeding and checks.
-	admin *pgxpool.Pool
-	st    *store.Store
 	// secret signs the users' bearer tokens; verifier checks them.
 	secret   []byte
 	verifier *auth.Verifier
@@ -48,8 +54,9 @@ type bench struct {
 }
 
 // setUp starts the bed (see startBed), creates and migrates a fresh
-// database, and opens the shared HTTP client.
-func setUp(ctx context.Context, cfg config) (b *bench, err error) {
+// database on each Postgres of the runs, and opens the shared HTTP client.
+// On error it closes what it opened.
+func setUp(ctx context.Context, cfg config) (_ *bench, err error) {
 	var id [4]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("run id: %w", err)
@@ -62,7 +69,7 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("token verifier: %w", err)
 	}
-	b = &bench{cfg: cfg, runID: hex.EncodeToString(id[:]), secret: secret, verifier: verifier}
+	b := &bench{cfg: cfg, runID: hex.EncodeToString(id[:]), secret: secret, verifier: verifier}
 	defer func() {
 		if err != nil {
 			b.close()
@@ -71,23 +78,21 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 	if err := b.startBed(ctx); err != nil {
 		return nil, err
 	}
-	if b.dsn, err = createDatabase(ctx, b.bed.Postgres.DSN(), "orderbench_"+b.runID); err != nil {
-		return nil, err
+	b.dbs = map[string]*database{}
+	for _, where := range cfg.postgres {
+		mainDSN, err := b.mainDSN(where)
+		if err != nil {
+			return nil, err
+		}
+		d, err := openDatabase(ctx, mainDSN, "orderbench_"+b.runID)
+		if d != nil {
+			b.dbs[where] = d
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
 	}
-	if _, err := store.MigrateDSN(ctx, b.dsn); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	pcfg, err := pgxpool.ParseConfig(b.dsn)
-	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
-	}
-	pcfg.MaxConns = 4
-	if b.admin, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, fmt.Errorf("open the admin pool: %w", err)
-	}
-	if b.st, err = store.New(b.admin); err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
+	b.db = b.dbs[cfg.postgres[0]]
 	b.transport = newTransport(cfg)
 	b.client = &http.Client{Transport: b.transport}
 	return b, nil
@@ -96,16 +101,32 @@ func setUp(ctx context.Context, cfg config) (b *bench, err error) {
 // startBed starts the bed: the Redis masters, which it vouches for,
 // Postgres, and the etcd cluster when a run locks on etcd.
 func (b *bench) startBed(ctx context.Context) error {
-	opts := testbed.Options{Redis: redisNodes, Postgres: true, AppendFsync: b.cfg.fsync}
+	opts := testbed.Options{Redis: redisNodes, Postgres: b.cfg.usesSingle(), PostgresHA: b.cfg.usesHA(), AppendFsync: b.cfg.fsync}
 	if b.cfg.usesEtcd() {
 		opts.Etcd = etcdMembers
 	}
-	bed, err := testbed.New(ctx, opts)
+	var bed *testbed.Bed
+	var err error
+	// The bed's in-process proxies run under the label of their role, for
+	// -cpu-split.
+	pprof.Do(ctx, roleLabels(roleBed), func(ctx context.Context) { bed, err = testbed.New(ctx, opts) })
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)
 	}
 	b.bed = bed
 	b.provider = "test bed, " + bed.Provider + " provider, appendfsync " + b.cfg.fsync
+	nodes := map[string]string{}
+	if bed.PostgresHA != nil {
+		if b.ha, err = watchHA(ctx, bed.PostgresHA); err != nil {
+			return err
+		}
+		for _, n := range bed.PostgresHA.Nodes {
+			nodes[n.Name()] = n.Dir()
+		}
+	}
+	if b.cfg.cpuSplit {
+		b.meter = &cpuMeter{groups: newProcGroups(nodes), nodes: slices.Sorted(maps.Keys(nodes))}
+	}
 	for _, n := range bed.Etcd {
 		b.etcdAddrs = append(b.etcdAddrs, n.DirectAddr())
 	}
@@ -141,12 +162,47 @@ func newTransport(cfg config) *http.Transport {
 	}
 }
 
-// createDatabase creates the database name on the server of mainDSN and
-// returns its DSN.
-func createDatabase(ctx context.Context, mainDSN, name string) (string, error) {
-	u, err := url.Parse(mainDSN)
+// database is one fresh, migrated database of the runs: its DSN, which
+// the instances open, and a small pool of the command's own, for seeding
+// and checks.
+type database struct {
+	dsn   string
+	admin *pgxpool.Pool
+	st    *store.Store
+}
+
+// openDatabase creates the database name on the server (or HA group) of
+// mainDSN, migrates it and opens its admin pool. It returns what it opened
+// even on error, for the caller to close.
+func openDatabase(ctx context.Context, mainDSN, name string) (*database, error) {
+	dsn, err := createDatabase(ctx, mainDSN, name)
 	if err != nil {
-		return "", fmt.Errorf("database URL: %w", err)
+		return nil, err
+	}
+	if _, err := store.MigrateDSN(ctx, dsn); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	pcfg.MaxConns = 4
+	d := &database{dsn: dsn}
+	if d.admin, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("open the admin pool: %w", err)
+	}
+	if d.st, err = store.New(d.admin); err != nil {
+		return d, fmt.Errorf("store: %w", err)
+	}
+	return d, nil
+}
+
+// createDatabase creates the database name on the server of mainDSN (a
+// URL, multi-host or not) and returns its DSN.
+func createDatabase(ctx context.Context, mainDSN, name string) (string, error) {
+	dsn, err := withDatabase(mainDSN, name)
+	if err != nil {
+		return "", err
 	}
 	conn, err := pgx.Connect(ctx, mainDSN)
 	if err != nil {
@@ -156,8 +212,7 @@ func createDatabase(ctx context.Context, mainDSN, name string) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("create database %s: %w", name, err)
 	}
-	u.Path = "/" + name
-	return u.String(), nil
+	return dsn, nil
 }
 
 // close releases everything setUp opened; the bed takes the database with
@@ -166,8 +221,10 @@ func (b *bench) close() {
 	if b.transport != nil {
 		b.transport.CloseIdleConnections()
 	}
-	if b.admin != nil {
-		b.admin.Close()
+	for _, d := range b.dbs {
+		if d.admin != nil {
+			d.admin.Close()
+		}
 	}
 	if b.bed != nil {
 		_ = b.bed.Close()
@@ -182,6 +239,7 @@ type runPlan struct {
 	clients  int
 	mode     string
 	backend  string // "" in db mode
+	postgres string // pgSingle or pgHA
 }
 
 // label names the plan's mode as the report does: lock/redlock,
@@ -197,8 +255,16 @@ func modeLabel(mode, backend string) string {
 }
 
 // tag is the plan's mode in product and user ids: lock-redlock,
-// lock-etcd or db.
-func (p runPlan) tag() string { return strings.ReplaceAll(p.label(), "/", "-") }
+// lock-etcd or db, and "-ha" after it on the HA group. The runs of both
+// databases share the Redis masters, so their users must differ: the
+// idempotency keys of one would replay the other's answers.
+func (p runPlan) tag() string {
+	t := strings.ReplaceAll(p.label(), "/", "-")
+	if p.postgres == pgHA {
+		t += "-ha"
+	}
+	return t
+}
 
 // name is how the report names the plan's scenario: distinct, hot and cart
 // with their client count ("hot/64").
@@ -207,6 +273,16 @@ func (p runPlan) name() string {
 		return fmt.Sprintf("%s/%d", p.scenario, p.clients)
 	}
 	return p.scenario
+}
+
+// title names the run in the progress bar and in errors: its name, its
+// mode and, on the HA group, "on ha".
+func (p runPlan) title() string {
+	t := p.name() + "/" + p.label()
+	if p.postgres == pgHA {
+		t += " on ha"
+	}
+	return t
 }
 
 // isClosedLoop reports whether scenario sc is run once per client count.
@@ -229,12 +305,14 @@ func (c config) plans() []runPlan {
 		}
 		for _, n := range counts {
 			for _, mode := range c.modes {
+				backends := c.backends
 				if mode == modeDB {
-					out = append(out, runPlan{scenario: sc, clients: n, mode: mode})
-					continue
+					backends = []string{""}
 				}
-				for _, be := range c.backends {
-					out = append(out, runPlan{scenario: sc, clients: n, mode: mode, backend: be})
+				for _, be := range backends {
+					for _, where := range c.postgres {
+						out = append(out, runPlan{scenario: sc, clients: n, mode: mode, backend: be, postgres: where})
+					}
 				}
 			}
 		}
@@ -252,13 +330,37 @@ func (b *bench) runAll(ctx context.Context) ([]*runResult, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		b.progress.Start(p.name() + "/" + p.label())
-		r, err := b.runOne(ctx, p)
+		b.progress.Start(p.title())
+		r, err := b.runPlanned(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("%s/%s: %w", p.name(), p.label(), err)
+			return nil, fmt.Errorf("%s: %w", p.title(), err)
 		}
 		res = append(res, r)
 		b.progress.Done()
 	}
 	return res, nil
+}
+
+// runPlanned makes the run of p on its database, and notes the HA group's
+// primary before and after it.
+func (b *bench) runPlanned(ctx context.Context, p runPlan) (*runResult, error) {
+	b.db = b.dbs[p.postgres]
+	before, err := b.haPrimary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.runOne(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if r.cpu != nil {
+		r.cpu.primary = before
+	}
+	if p.postgres == pgHA {
+		r.primaryBefore = before
+		if r.primaryAfter, err = b.haPrimary(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }

@@ -63,7 +63,7 @@ func reportBusy(out io.Writer, s summaryJSON) {
 			s    busySideJSON
 		}{{"distinct", r.Busy.Distinct}, {"popular", r.Busy.Popular}} {
 			t, a := side.s.Together, side.s.Alone
-			fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n", modeLabel(r.Mode, r.Backend), side.name,
+			fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n", runLabel(r), side.name,
 				a.CreatedPerSec, t.CreatedPerSec, fmtRatio(side.s.RateRatio),
 				benchkit.FormatLatency(a.Latency201.P99ns, a.Latency201.Count), benchkit.FormatLatency(t.Latency201.P99ns, t.Latency201.Count),
 				fmtRatio(side.s.P99Ratio), fmtOther(t.Other), fmtCheck(r.Check))

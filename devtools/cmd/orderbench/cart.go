@@ -111,7 +111,7 @@ FROM product_stock ps WHERE ps.product_id = ANY($1) ORDER BY ps.product_id`
 // checkLines reads every product of products (each seeded with seeded
 // units) and adds the per-product condition to c's verdict.
 func (b *bench) checkLines(ctx context.Context, products []string, seeded int64, c checkResult) (checkResult, error) {
-	rows, err := b.admin.Query(ctx, productLinesSQL, products)
+	rows, err := b.db.admin.Query(ctx, productLinesSQL, products)
 	if err != nil {
 		return c, fmt.Errorf("read the products' lines: %w", err)
 	}

@@ -68,7 +68,7 @@ func (b *bench) check(ctx context.Context, users []user, tallies []*tally, stock
 		}
 	}
 	rec := newReconciler(users)
-	rows, err := b.admin.Query(ctx, ordersSQL, ids)
+	rows, err := b.db.admin.Query(ctx, ordersSQL, ids)
 	if err != nil {
 		return checkResult{}, fmt.Errorf("read orders: %w", err)
 	}
@@ -89,7 +89,7 @@ func (b *bench) check(ctx context.Context, users []user, tallies []*tally, stock
 		names = append(names, p)
 	}
 	var after int64
-	if err := b.admin.QueryRow(ctx, `SELECT coalesce(sum(available), 0)::bigint FROM product_stock WHERE product_id = ANY($1)`, names).Scan(&after); err != nil {
+	if err := b.db.admin.QueryRow(ctx, `SELECT coalesce(sum(available), 0)::bigint FROM product_stock WHERE product_id = ANY($1)`, names).Scan(&after); err != nil {
 		return checkResult{}, fmt.Errorf("read stock: %w", err)
 	}
 	return rec.finish(tallies, stockBefore-after), nil
@@ -215,10 +215,10 @@ func (b *bench) checkSale(ctx context.Context, buyers []user, s *saleResult) err
 	if err != nil {
 		return err
 	}
-	if err := b.admin.QueryRow(ctx, `SELECT coalesce(sum(quantity), 0)::bigint FROM orders WHERE product_id = $1`, s.product).Scan(&s.soldUnits); err != nil {
+	if err := b.db.admin.QueryRow(ctx, `SELECT coalesce(sum(quantity), 0)::bigint FROM orders WHERE product_id = $1`, s.product).Scan(&s.soldUnits); err != nil {
 		return fmt.Errorf("read the sale's orders: %w", err)
 	}
-	if err := b.admin.QueryRow(ctx, `SELECT available FROM product_stock WHERE product_id = $1`, s.product).Scan(&s.stockLeft); err != nil {
+	if err := b.db.admin.QueryRow(ctx, `SELECT available FROM product_stock WHERE product_id = $1`, s.product).Scan(&s.stockLeft); err != nil {
 		return fmt.Errorf("read the sale's stock: %w", err)
 	}
 	s.check = c.withSale(int64(s.units), s.soldUnits, s.stockLeft)

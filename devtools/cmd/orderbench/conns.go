@@ -60,7 +60,7 @@ func (b *bench) connsInUse(ctx context.Context) (int, bool) {
 	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
 	var n int
-	if err := b.admin.QueryRow(ctx, connsInUseSQL).Scan(&n); err != nil {
+	if err := b.db.admin.QueryRow(ctx, connsInUseSQL).Scan(&n); err != nil {
 		return 0, false
 	}
 	return n, true

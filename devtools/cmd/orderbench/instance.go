@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"runtime/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,7 +60,11 @@ func (b *bench) startInstances(ctx context.Context, p runPlan) (_ []*instance, e
 		}
 	}()
 	for i := range instancesPerRun {
-		in, err := b.startInstance(ctx, p)
+		var in *instance
+		var err error
+		// Every goroutine the instance starts carries its role's label,
+		// for -cpu-split.
+		pprof.Do(ctx, roleLabels(roleInstances), func(ctx context.Context) { in, err = b.startInstance(ctx, p) })
 		if in != nil {
 			ins = append(ins, in)
 		}
@@ -73,7 +78,7 @@ func (b *bench) startInstances(ctx context.Context, p runPlan) (_ []*instance, e
 // startInstance starts one instance. It returns what it opened even on
 // error, for the caller to close.
 func (b *bench) startInstance(ctx context.Context, p runPlan) (*instance, error) {
-	pcfg, err := pgxpool.ParseConfig(b.dsn)
+	pcfg, err := pgxpool.ParseConfig(b.db.dsn)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
 	}

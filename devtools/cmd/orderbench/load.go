@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -140,11 +141,15 @@ func (w *liveWindow) close() window {
 func (b *bench) drive(ctx, stop context.Context, users []user, ins []*instance, w *liveWindow) []*tally {
 	tallies := make([]*tally, len(users))
 	var wg sync.WaitGroup
-	for i, u := range users {
-		t := &tally{inWindow: map[string]int{}}
-		tallies[i] = t
-		wg.Go(func() { b.loop(ctx, stop, u, i, ins, w, t) })
-	}
+	// The loops, and the HTTP client's goroutines they start, carry the
+	// clients' label, for -cpu-split.
+	pprof.Do(ctx, roleLabels(roleClients), func(context.Context) {
+		for i, u := range users {
+			t := &tally{inWindow: map[string]int{}}
+			tallies[i] = t
+			wg.Go(func() { b.loop(ctx, stop, u, i, ins, w, t) })
+		}
+	})
 	wg.Wait()
 	return tallies
 }

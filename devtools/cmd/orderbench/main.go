@@ -85,6 +85,26 @@
 // orders/s and p99 together and alone, and what else they were answered
 // (503s, and requests that got no answer within -request-timeout).
 //
+// Postgres (-postgres): the instances' database is the bed's single
+// Postgres (single), its Postgres HA group (ha: a pg_auto_failover monitor,
+// a primary and a synchronous standby, on the local provider only) or
+// both (both: every run is made once on each, one after the other, and the
+// report sets them side by side). On the HA group every commit also waits
+// for the standby. The instances reach the group through its multi-host
+// URI, the bed's proxies in the way, as ordersd on the bed does
+// (-ha-clients proxy), or at both nodes' own addresses (-ha-clients
+// direct; the standby's replication still crosses the primary's proxy).
+// The report says which node was the primary before and after each run on
+// the group, and every event the monitor logged while the runs went on.
+//
+// -cpu-split measures, over the window of every closed-loop run, the CPU
+// time of each process of the bed (from /proc: the Redis masters, the
+// single Postgres, the HA group's primary, standby and monitor, each with
+// every process below it) and of this process, and splits this process's
+// by role with a CPU profile of the window: the instances (what ordersd
+// would spend), the load's clients, the bed's in-process proxies, and the
+// rest (the Go runtime's own work: GC workers and the like).
+//
 // After each run every loop has stopped, and the database must hold
 // exactly one order per 201 answer (none for any other answer but
 // requests whose outcome the client could not learn), with the lines the
@@ -129,6 +149,20 @@ const (
 const (
 	modeLock = "lock"
 	modeDB   = "db"
+)
+
+// Where the instances' database runs (-postgres): the bed's single
+// Postgres or its HA group; both takes each in turn.
+const (
+	pgSingle = "single"
+	pgHA     = "ha"
+	pgBoth   = "both"
+)
+
+// How the instances reach the HA group (-ha-clients).
+const (
+	haViaProxy = "proxy"
+	haDirect   = "direct"
 )
 
 // Lock backends of lock mode: ordersd's ORDERS_LOCK_BACKEND values.
@@ -178,11 +212,17 @@ type config struct {
 	requestTimeout time.Duration
 	poolConns      int
 	fsync          string
-	flash          flashConfig
-	jsonPath       string
-	plotPath       string
-	cpuProfile     string
-	quiet          bool
+	// postgres are the databases every run is made on, in order: pgSingle,
+	// pgHA or both.
+	postgres  []string
+	haClients string
+	// cpuSplit measures the CPU split of every closed-loop run's window.
+	cpuSplit   bool
+	flash      flashConfig
+	jsonPath   string
+	plotPath   string
+	cpuProfile string
+	quiet      bool
 }
 
 // flashConfig is the sale of the flash and mixed scenarios.
@@ -221,6 +261,9 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.lockRule, "lock-rule", "contended", "which batches take the lock in lock mode (ordersd's ORDERS_LOCK): contended (auto) or always (on)")
 	fs.IntVar(&c.busyBuyers, "busy-buyers", 300, fmt.Sprintf("busy: closed-loop buyers of the popular product (1..%d)", maxClients))
 	fs.IntVar(&c.poolConns, "pg-conns", 0, "pgx pool size of each instance (0: the pgx default, as ordersd)")
+	pg := fs.String("postgres", pgSingle, "the instances' database: single (the bed's Postgres), ha (its Postgres HA group, a primary and a synchronous standby; local provider) or both (every run on each, side by side)")
+	fs.StringVar(&c.haClients, "ha-clients", haViaProxy, "how the instances reach the HA group: proxy (its multi-host URI, through the bed's proxies, as ordersd on the bed) or direct (the nodes' own addresses)")
+	fs.BoolVar(&c.cpuSplit, "cpu-split", false, "measure each closed-loop run's CPU time per process of the bed and per role in this process over its window (not with -cpuprofile)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed's Redis masters: always, everysec or off")
 	fs.IntVar(&c.flash.units, "flash-units", 500, fmt.Sprintf("flash, mixed: units of the product on sale (1..%d)", maxFlashUnits))
 	fs.IntVar(&c.flash.buyers, "flash-buyers", 5000, fmt.Sprintf("flash, mixed: buyers, each its own user with one Idempotency-Key (1..%d)", maxFlashBuyers))
@@ -247,6 +290,9 @@ func parse(args []string) (config, error) {
 		return c, err
 	}
 	if c.clients, err = parseCounts("-clients", *clients, maxClients); err != nil {
+		return c, err
+	}
+	if c.postgres, err = parsePostgres(*pg); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -281,6 +327,12 @@ func (c config) validate() error {
 	default:
 		return fmt.Errorf("-fsync %q: want always, everysec or off", c.fsync)
 	}
+	switch {
+	case c.haClients != haViaProxy && c.haClients != haDirect:
+		return fmt.Errorf("-ha-clients %q: want proxy or direct", c.haClients)
+	case c.cpuSplit && c.cpuProfile != "":
+		return errors.New("-cpu-split and -cpuprofile: one CPU profile at a time, choose one")
+	}
 	if c.busyBuyers < 1 || c.busyBuyers > maxClients {
 		return fmt.Errorf("-busy-buyers %d: want 1..%d", c.busyBuyers, maxClients)
 	}
@@ -289,6 +341,24 @@ func (c config) validate() error {
 	}
 	return nil
 }
+
+// parsePostgres reads -postgres: the databases to run on, in order.
+func parsePostgres(value string) ([]string, error) {
+	switch value {
+	case pgSingle, pgHA:
+		return []string{value}, nil
+	case pgBoth:
+		return []string{pgSingle, pgHA}, nil
+	}
+	return nil, fmt.Errorf("-postgres %q: want single, ha or both", value)
+}
+
+// usesHA reports whether a run of the plan is made on the HA group.
+func (c config) usesHA() bool { return slices.Contains(c.postgres, pgHA) }
+
+// usesSingle reports whether a run of the plan is made on the single
+// Postgres.
+func (c config) usesSingle() bool { return slices.Contains(c.postgres, pgSingle) }
 
 // parseCounts splits a comma-separated flag value into distinct counts of
 // 1..limit, in the order given.
@@ -366,6 +436,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	s := summarize(cfg, b.provider, b.runID, res)
+	if b.ha != nil {
+		if s.HA, err = b.ha.summary(ctx, cfg, b.dbs[pgHA].dsn); err != nil {
+			return err
+		}
+	}
 	report(out, s)
 	if cfg.jsonPath != "" {
 		if err := writeJSON(cfg.jsonPath, s); err != nil {

@@ -14,7 +14,7 @@ import (
 
 // writePlot draws latency CDFs into one PNG file at path, one panel per
 // scenario (per client count for distinct, hot and cart) and one line per
-// mode (lock/redlock, lock/etcd, db):
+// mode (lock/redlock, lock/etcd, db; dashed on the HA group):
 // the 201s' latency of the closed loops, the buyers' answer latency of
 // flash, and the closed-loop clients' 201 latency of mixed during the
 // sale and, dashed, without it.
@@ -56,8 +56,8 @@ func scenarioPanel(name string, runs []*runResult) (*plot.Plot, error) {
 	}
 	p := benchkit.NewCDFPanel(name, xLabel, yLabel)
 	for _, r := range runs {
-		label := r.label()
-		col := modeColor(label)
+		label := r.label() + onHA(r.postgres)
+		col := modeColor(r.label())
 		var err error
 		switch r.scenario {
 		case scenarioFlash:
@@ -73,7 +73,8 @@ func scenarioPanel(name string, runs []*runResult) (*plot.Plot, error) {
 				err = p.Add(latencies(r.alone.tallies), label+" without the sale", col, true)
 			}
 		default:
-			err = p.Add(latencies(r.tallies), label, col, false)
+			// On the HA group the line is dashed, in its mode's colour.
+			err = p.Add(latencies(r.tallies), label, col, r.postgres == pgHA)
 		}
 		if err != nil {
 			return nil, err

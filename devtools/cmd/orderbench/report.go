@@ -29,6 +29,11 @@ type summaryJSON struct {
 	// SaleComparisons compares each lock backend with db in flash and
 	// mixed.
 	SaleComparisons []saleComparisonJSON `json:"sale_comparisons,omitempty"`
+	// Postgres compares each closed-loop run on the single Postgres with
+	// the same on the HA group (-postgres both).
+	Postgres []postgresComparisonJSON `json:"postgres_comparisons,omitempty"`
+	// HA is the HA group over the runs, when it ran.
+	HA *haJSON `json:"ha,omitempty"`
 }
 
 // configJSON is the part of the command line and of the instances'
@@ -52,6 +57,11 @@ type configJSON struct {
 	Modes             []string `json:"modes"`
 	// Backends are lock mode's backends, each a run of its own.
 	Backends []string `json:"backends"`
+	// Postgres are where the runs were made: single, ha or both in turn.
+	Postgres []string `json:"postgres"`
+	// HAClients is how the instances reached the HA group: proxy or
+	// direct.
+	HAClients string `json:"ha_clients,omitempty"`
 	// Flash is the sale of flash and mixed, when one of them ran.
 	Flash *flashConfigJSON `json:"flash,omitempty"`
 	// Cart is the carts of cart, when it ran.
@@ -94,6 +104,14 @@ type runJSON struct {
 	Sale  *saleJSON   `json:"sale,omitempty"`
 	Mixed *mixedJSON  `json:"mixed,omitempty"`
 	Busy  *busyJSON   `json:"busy,omitempty"`
+	// Postgres is where the run was made: single or ha. On ha,
+	// PrimaryBefore and PrimaryAfter name the group's primary before and
+	// after the run ("none" when the monitor named none).
+	Postgres      string `json:"postgres"`
+	PrimaryBefore string `json:"primary_before,omitempty"`
+	PrimaryAfter  string `json:"primary_after,omitempty"`
+	// CPU is the CPU split over the window (-cpu-split, closed loops).
+	CPU *cpuSplitJSON `json:"cpu,omitempty"`
 }
 
 // comparisonJSON compares lock mode on one backend with db mode in one
@@ -105,6 +123,7 @@ type comparisonJSON struct {
 	Name              string   `json:"name"`
 	Clients           int      `json:"clients,omitempty"`
 	Backend           string   `json:"backend"`
+	Postgres          string   `json:"postgres"`
 	Faster            string   `json:"faster"`
 	Ratio             *float64 `json:"ratio,omitempty"`
 	LockCreatedPerSec float64  `json:"lock_created_per_sec"`
@@ -119,7 +138,7 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 			Clients: cfg.clients[0], ClientCounts: cfg.clients, DurationNs: int64(cfg.duration), WarmupNs: int64(cfg.warmup),
 			LockWaitNs: int64(cfg.lockWait), LockTTLns: int64(lockTTL), ProcessingLeaseNs: int64(processingLease),
 			RequestTimeoutNs: int64(cfg.requestTimeout), PGConns: cfg.poolConns, Fsync: cfg.fsync, LockRule: cfg.lockRule,
-			Scenarios: cfg.scenarios, Modes: cfg.modes, Backends: cfg.backends,
+			Scenarios: cfg.scenarios, Modes: cfg.modes, Backends: cfg.backends, Postgres: cfg.postgres,
 		},
 		Runs: []runJSON{}, Comparisons: []comparisonJSON{},
 	}
@@ -138,8 +157,12 @@ func summarize(cfg config, provider, runID string, res []*runResult) summaryJSON
 	for _, r := range res {
 		s.Runs = append(s.Runs, runFigures(r))
 	}
+	if cfg.usesHA() {
+		s.Config.HAClients = cfg.haClients
+	}
 	s.Comparisons = compareRates(s.Runs)
 	s.SaleComparisons = compareSales(s.Runs)
+	s.Postgres = comparePostgres(s.Runs)
 	return s
 }
 
@@ -150,7 +173,7 @@ func compareRates(runs []runJSON) []comparisonJSON {
 	out := []comparisonJSON{}
 	for _, pair := range modePairs(runs, isClosedLoop) {
 		lock, db := pair[0], pair[1]
-		c := comparisonJSON{Scenario: lock.Scenario, Name: lock.Name, Clients: lock.Clients, Backend: lock.Backend, Faster: modeLock,
+		c := comparisonJSON{Scenario: lock.Scenario, Name: lock.Name, Clients: lock.Clients, Backend: lock.Backend, Postgres: lock.Postgres, Faster: modeLock,
 			LockCreatedPerSec: lock.CreatedPerSec, DBCreatedPerSec: db.CreatedPerSec}
 		hi, lo := lock.CreatedPerSec, db.CreatedPerSec
 		if db.CreatedPerSec > lock.CreatedPerSec {
@@ -176,14 +199,16 @@ func modePairs(runs []runJSON, keep func(scenario string) bool) [][2]runJSON {
 		if !keep(r.Scenario) {
 			continue
 		}
-		if _, seen := locks[r.Name]; !seen {
-			locks[r.Name] = nil
-			names = append(names, r.Name)
+		// The runs of one name on each database pair apart.
+		key := r.Name + " " + r.Postgres
+		if _, seen := locks[key]; !seen {
+			locks[key] = nil
+			names = append(names, key)
 		}
 		if r.Mode == modeDB {
-			dbs[r.Name] = r
+			dbs[key] = r
 		} else {
-			locks[r.Name] = append(locks[r.Name], r)
+			locks[key] = append(locks[key], r)
 		}
 	}
 	var out [][2]runJSON
@@ -201,7 +226,11 @@ func modePairs(runs []runJSON, keep func(scenario string) bool) [][2]runJSON {
 
 // runFigures merges a run's tallies and sale.
 func runFigures(r *runResult) runJSON {
-	rj := runJSON{Scenario: r.scenario, Name: r.name(), Mode: r.mode, Backend: r.backend, Clients: r.clients, Other: map[string]int{}, Check: r.check}
+	rj := runJSON{Scenario: r.scenario, Name: r.name(), Mode: r.mode, Backend: r.backend, Clients: r.clients, Other: map[string]int{}, Check: r.check,
+		Postgres: r.postgres, PrimaryBefore: r.primaryBefore, PrimaryAfter: r.primaryAfter}
+	if r.cpu != nil {
+		rj.CPU = splitFigures(r.cpu)
+	}
 	var during phaseJSON
 	if r.tallies != nil {
 		during = phaseFigures(phase{window: r.window, tallies: r.tallies, peakConns: r.peakConns})
@@ -297,6 +326,10 @@ func report(out io.Writer, s summaryJSON) {
 	if s.EtcdMembers > 0 {
 		fmt.Fprintf(out, "etcd: %d members, which fsync their WAL on every commit (whatever the Redis appendfsync).\n", s.EtcdMembers)
 	}
+	if slices.Contains(c.Postgres, pgHA) {
+		fmt.Fprintln(out, "Runs marked \"on ha\" are made on the bed's Postgres HA group (pg_auto_failover: a monitor, a primary and a synchronous standby):")
+		fmt.Fprintln(out, "every commit returns once the standby has it too; the others on the bed's single Postgres.")
+	}
 	reportLoads(out, s)
 	reportSales(out, s)
 	reportMixed(out, s)
@@ -306,6 +339,9 @@ func report(out io.Writer, s summaryJSON) {
 	}
 	reportComparisons(out, s.Comparisons)
 	reportSaleComparisons(out, s.SaleComparisons)
+	reportPostgres(out, s)
+	reportCPU(out, s)
+	reportHA(out, s)
 	reportProblems(out, s.Runs)
 }
 
@@ -337,7 +373,7 @@ func reportLoads(out io.Writer, s summaryJSON) {
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---|---|")
 	for _, r := range rows {
 		l := r.Latency201
-		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Name, modeLabel(r.Mode, r.Backend), r.RequestsPerSec, r.CreatedPerSec,
+		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Name, runLabel(r), r.RequestsPerSec, r.CreatedPerSec,
 			benchkit.FormatLatency(l.P50ns, l.Count), benchkit.FormatLatency(l.P99ns, l.Count), benchkit.FormatLatency(l.P999ns, l.Count), fmtOther(r.Other), fmtCheck(r.Check))
 	}
 }
@@ -352,12 +388,25 @@ func reportComparisons(out io.Writer, cmps []comparisonJSON) {
 			faster, slower = modeDB, lock
 		}
 		rates := fmt.Sprintf("(%s %.0f, db %.0f orders/s)", lock, cmp.LockCreatedPerSec, cmp.DBCreatedPerSec)
+		name := cmp.Name + onHA(cmp.Postgres)
 		if cmp.Ratio == nil {
-			fmt.Fprintf(out, "- %s: only %s placed orders %s\n", cmp.Name, faster, rates)
+			fmt.Fprintf(out, "- %s: only %s placed orders %s\n", name, faster, rates)
 			continue
 		}
-		fmt.Fprintf(out, "- %s: %s placed orders %.2fx as fast as %s %s\n", cmp.Name, faster, *cmp.Ratio, slower, rates)
+		fmt.Fprintf(out, "- %s: %s placed orders %.2fx as fast as %s %s\n", name, faster, *cmp.Ratio, slower, rates)
 	}
+}
+
+// runLabel names a run's mode as the report's tables do: with its backend
+// and, on the HA group, "on ha".
+func runLabel(r runJSON) string { return modeLabel(r.Mode, r.Backend) + onHA(r.Postgres) }
+
+// onHA is " on ha" for a run on the HA group, else "".
+func onHA(where string) string {
+	if where == pgHA {
+		return " on ha"
+	}
+	return ""
 }
 
 // reportProblems prints every run's first transport error and failed
@@ -365,10 +414,10 @@ func reportComparisons(out io.Writer, cmps []comparisonJSON) {
 func reportProblems(out io.Writer, runs []runJSON) {
 	for _, r := range runs {
 		if r.FirstError != "" {
-			fmt.Fprintf(out, "\n%s/%s: first transport error: %s\n", r.Name, modeLabel(r.Mode, r.Backend), r.FirstError)
+			fmt.Fprintf(out, "\n%s/%s: first transport error: %s\n", r.Name, runLabel(r), r.FirstError)
 		}
 		for _, p := range runProblems(r) {
-			fmt.Fprintf(out, "\n%s/%s: CHECK FAILED: %s\n", r.Name, modeLabel(r.Mode, r.Backend), p)
+			fmt.Fprintf(out, "\n%s/%s: CHECK FAILED: %s\n", r.Name, runLabel(r), p)
 		}
 	}
 }
@@ -391,7 +440,7 @@ func checkFailures(s summaryJSON) error {
 	var errs []error
 	for _, r := range s.Runs {
 		for _, p := range runProblems(r) {
-			errs = append(errs, fmt.Errorf("%s/%s: database check failed: %s", r.Name, modeLabel(r.Mode, r.Backend), p))
+			errs = append(errs, fmt.Errorf("%s/%s: database check failed: %s", r.Name, runLabel(r), p))
 		}
 	}
 	return errors.Join(errs...)

@@ -45,6 +45,11 @@ type runResult struct {
 	// busy is busy's buyers of the popular product; window, tallies and
 	// alone are its distinct clients'.
 	busy *busyPhases
+	// cpu is the CPU split of a closed-loop run's window (-cpu-split).
+	cpu *cpuWindow
+	// primaryBefore and primaryAfter name the HA group's primary before
+	// and after a run on the group ("" for a run on the single Postgres).
+	primaryBefore, primaryAfter string
 }
 
 // phase is one closed-loop load: its measured window, its clients'
@@ -86,8 +91,16 @@ func (b *bench) runLoad(ctx context.Context, p runPlan) (*runResult, error) {
 	start := time.Now().Add(b.cfg.warmup)
 	w := fixedWindow(start, b.cfg.duration)
 	stop, cancel := context.WithDeadline(ctx, start.Add(b.cfg.duration))
+	var cpu func() *cpuWindow
+	if b.meter != nil {
+		cpu = b.meter.measure(ctx, w)
+	}
 	tallies := b.drive(ctx, stop, users, ins, w)
 	cancel()
+	r := &runResult{runPlan: p, window: w.close(), tallies: tallies, peakConns: -1}
+	if cpu != nil {
+		r.cpu = cpu()
+	}
 	if err := b.stopInstances(ctx, ins); err != nil {
 		return nil, err
 	}
@@ -98,13 +111,14 @@ func (b *bench) runLoad(ctx context.Context, p runPlan) (*runResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check the database: %w", err)
 	}
-	return &runResult{runPlan: p, window: w.close(), tallies: tallies, peakConns: -1, check: chk}, nil
+	r.check = chk
+	return r, nil
 }
 
 // seed gives every product of products stock units.
 func (b *bench) seed(ctx context.Context, products []string, stock int64) error {
 	for _, p := range products {
-		if err := b.st.SeedProduct(ctx, p, stock, priceCents); err != nil {
+		if err := b.db.st.SeedProduct(ctx, p, stock, priceCents); err != nil {
 			return fmt.Errorf("seed: %w", err)
 		}
 	}

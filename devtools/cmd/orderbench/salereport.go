@@ -74,6 +74,7 @@ type mixedJSON struct {
 type saleComparisonJSON struct {
 	Scenario string `json:"scenario"`
 	Backend  string `json:"backend"`
+	Postgres string `json:"postgres"`
 	// AllAnsweredRatio is db's time to the last final answer over lock's:
 	// above 1, lock answered every buyer sooner.
 	LockAllAnsweredNs int64    `json:"lock_all_answered_after_ns"`
@@ -154,7 +155,7 @@ func compareSales(runs []runJSON) []saleComparisonJSON {
 	hasSale := func(sc string) bool { return sc == scenarioFlash || sc == scenarioMixed }
 	for _, pair := range modePairs(runs, hasSale) {
 		lock, db := pair[0], pair[1]
-		c := saleComparisonJSON{Scenario: lock.Name, Backend: lock.Backend,
+		c := saleComparisonJSON{Scenario: lock.Name, Backend: lock.Backend, Postgres: lock.Postgres,
 			LockAllAnsweredNs: lock.Sale.AllAnsweredAfterNs, DBAllAnsweredNs: db.Sale.AllAnsweredAfterNs,
 			LockSoldOutNs: lock.Sale.SoldOutAfterNs, DBSoldOutNs: db.Sale.SoldOutAfterNs,
 			LockNoFinalAnswer: lock.Sale.NoFinalAnswer, DBNoFinalAnswer: db.Sale.NoFinalAnswer}
@@ -203,7 +204,7 @@ func reportSales(out io.Writer, s summaryJSON) {
 		sj := r.Sale
 		l := sj.AnswerLatency
 		fmt.Fprintf(out, "| %s | %s | %d | %d | %s | %s | %s | %s | %d | %d | %s | %d | %d | %s | %d | %s |\n",
-			r.Name, modeLabel(r.Mode, r.Backend), sj.Units, sj.Buyers, fmtSoldOut(sj), fmtAllAnswered(sj),
+			r.Name, runLabel(r), sj.Units, sj.Buyers, fmtSoldOut(sj), fmtAllAnswered(sj),
 			benchkit.FormatLatency(l.P50ns, l.Count), benchkit.FormatLatency(l.P99ns, l.Count),
 			sj.Created, sj.OutOfStock, fmtNoFinal(sj), sj.Retries, sj.Seen503, fmtConns(sj.PeakDBConns), sj.Oversold, fmtCheck(sj.Check))
 	}
@@ -231,7 +232,7 @@ func reportMixed(out io.Writer, s summaryJSON) {
 	for _, r := range rows {
 		m := r.Mixed
 		w, d := m.Without.Latency201, m.During.Latency201
-		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", modeLabel(r.Mode, r.Backend),
+		fmt.Fprintf(out, "| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", runLabel(r),
 			benchkit.FormatLatency(m.During.WindowNs, 1), m.Without.CreatedPerSec, m.During.CreatedPerSec,
 			benchkit.FormatLatency(w.P99ns, w.Count), benchkit.FormatLatency(d.P99ns, d.Count), fmtRatio(m.P99Ratio),
 			fmtConns(m.Without.PeakDBConns), fmtConns(m.During.PeakDBConns), fmtOther(m.During.Other), fmtCheck(r.Check))
@@ -253,7 +254,7 @@ func reportSaleComparisons(out io.Writer, cmps []saleComparisonJSON) {
 		if c.LockNoFinalAnswer > 0 || c.DBNoFinalAnswer > 0 {
 			parts = append(parts, fmt.Sprintf("buyers without a final answer: %s %d, db %d", lock, c.LockNoFinalAnswer, c.DBNoFinalAnswer))
 		}
-		fmt.Fprintf(out, "- %s, %s vs db: %s\n", c.Scenario, lock, strings.Join(parts, "; "))
+		fmt.Fprintf(out, "- %s%s, %s vs db: %s\n", c.Scenario, onHA(c.Postgres), lock, strings.Join(parts, "; "))
 	}
 }
 
