@@ -55,13 +55,7 @@ var haProducts = []string{"ha-1", "ha-2", "ha-3", "ha-4"}
 // 201 of a request sent after it that placed an order (not a replay from
 // Redis), and the 503s (each with a Retry-After) and timeouts clients saw.
 func TestPostgresFailover(t *testing.T) {
-	k, g := startHAKit(t)
-	d := newHADrill(t, k, g)
-	var ds []*daemon
-	for i := range 3 {
-		ds = append(ds, d.start(fmt.Sprintf("ordersd-%d", i), map[string]string{"ORDERS_LOCK": "auto"}))
-	}
-	d.startHAShipper(k.shipper)
+	g, d, ds := startHAOrders(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	var all []audit.Response
@@ -90,6 +84,21 @@ func TestPostgresFailover(t *testing.T) {
 		d.waitDrained(t, time.Minute)
 		d.haVerdict(all)
 	}
+}
+
+// startHAOrders starts the world of a failover run: a bed of five
+// masters and a Postgres HA group, three ordersd (ORDERS_LOCK=auto) on the
+// group's URI and a shipper.
+func startHAOrders(t *testing.T) (*testbed.PostgresGroup, *drill, []*daemon) {
+	t.Helper()
+	k, g := startHAKit(t)
+	d := newHADrill(t, k, g)
+	var ds []*daemon
+	for i := range 3 {
+		ds = append(ds, d.start(fmt.Sprintf("ordersd-%d", i), map[string]string{"ORDERS_LOCK": "auto"}))
+	}
+	d.startHAShipper(k.shipper)
+	return g, d, ds
 }
 
 // haSeedList is haSeeds, or the seeds QUORUMLOCK_HA_SEEDS lists (comma

@@ -196,19 +196,26 @@ func (l *haLoad) pay(user, id string, turn int) {
 	l.mu.Unlock()
 }
 
+// notFinal counts an attempt that got no answer, a 503 (noting one
+// without a Retry-After) or a 202; under mu.
+func (l *haLoad) notFinal(r reply, err error) {
+	if err != nil {
+		l.tally.timeouts++
+		return
+	}
+	l.tally.unavailable++
+	if r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "" {
+		l.tally.noRetryAfter++
+	}
+}
+
 // recordPay counts one answer to a pay and reports whether it was final.
 func (l *haLoad) recordPay(r reply, err error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case err != nil:
-		l.tally.timeouts++
-		return false
-	case r.Status == http.StatusServiceUnavailable || r.Status == http.StatusAccepted:
-		l.tally.unavailable++
-		if r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "" {
-			l.tally.noRetryAfter++
-		}
+	case err != nil || r.Status == http.StatusServiceUnavailable || r.Status == http.StatusAccepted:
+		l.notFinal(r, err)
 		return false
 	case r.Status == http.StatusOK && r.field("status") == "PAID":
 		l.tally.paid++
@@ -226,14 +233,8 @@ func (l *haLoad) record(user, key string, r reply, err error, sent time.Time) bo
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case err != nil:
-		l.tally.timeouts++
-		return false
-	case r.Status == http.StatusServiceUnavailable || r.Status == http.StatusAccepted:
-		l.tally.unavailable++
-		if r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "" {
-			l.tally.noRetryAfter++
-		}
+	case err != nil || r.Status == http.StatusServiceUnavailable || r.Status == http.StatusAccepted:
+		l.notFinal(r, err)
 		return false
 	case r.Status == http.StatusCreated:
 		l.tally.created++

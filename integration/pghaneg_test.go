@@ -29,13 +29,7 @@ import (
 // to find nothing, TestPostgresFailover's clean verdicts would prove
 // nothing.
 func TestPostgresAsyncLosesOrders(t *testing.T) {
-	k, g := startHAKit(t)
-	d := newHADrill(t, k, g)
-	var ds []*daemon
-	for i := range 3 {
-		ds = append(ds, d.start(fmt.Sprintf("ordersd-%d", i), map[string]string{"ORDERS_LOCK": "auto"}))
-	}
-	d.startHAShipper(k.shipper)
+	g, d, ds := startHAOrders(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := g.SetSynchronous(ctx, false); err != nil {

@@ -5,7 +5,6 @@ package integration_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -40,13 +39,7 @@ func (f haNodeFault) String() string {
 // each; and the checkers find every 201 an order, every event, shipment
 // and charge an order, stock balanced and fence counters only up.
 func TestPostgresHAMembers(t *testing.T) {
-	k, g := startHAKit(t)
-	d := newHADrill(t, k, g)
-	var ds []*daemon
-	for i := range 3 {
-		ds = append(ds, d.start(fmt.Sprintf("ordersd-%d", i), map[string]string{"ORDERS_LOCK": "auto"}))
-	}
-	d.startHAShipper(k.shipper)
+	g, d, ds := startHAOrders(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	ld := startHALoad(d, ds, haMix{buyers: 8, carts: 4, clickers: 4, newcomers: 2}, 20261206)

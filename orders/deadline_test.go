@@ -1,7 +1,6 @@
 package orders_test
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -27,7 +26,7 @@ func TestRequestsEndAtTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hole.Close()
-	pool, err := pgxpool.New(t.Context(), fmt.Sprintf("postgres://u@%s/db?sslmode=disable&connect_timeout=60", hole.Addr()))
+	pool, err := pgxpool.New(t.Context(), hole.PostgresURL())
 	if err != nil {
 		t.Fatal(err)
 	}

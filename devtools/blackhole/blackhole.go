@@ -47,6 +47,13 @@ func (s *Server) accept() {
 // Addr is the server's address, host:port.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// PostgresURL is a Postgres URL of the server (user u, database db, no
+// TLS, a minute's connect timeout): a pool on it waits for its callers'
+// deadlines, as on a paused server.
+func (s *Server) PostgresURL() string {
+	return "postgres://u@" + s.Addr() + "/db?sslmode=disable&connect_timeout=60"
+}
+
 // Close stops accepting and closes every connection it accepted.
 func (s *Server) Close() error {
 	err := s.ln.Close()

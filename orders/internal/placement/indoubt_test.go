@@ -27,7 +27,7 @@ func TestInDoubtBatchAnswersAfterOneWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	pool, err := pgxpool.New(t.Context(), fmt.Sprintf("postgres://u@%s/db?sslmode=disable&connect_timeout=60", srv.Addr()))
+	pool, err := pgxpool.New(t.Context(), srv.PostgresURL())
 	if err != nil {
 		t.Fatal(err)
 	}
