@@ -69,13 +69,13 @@ func (p *Placer) placeBatch(ctx context.Context, batch []*ticket, lock bool) ([]
 // The lookups of orders whose commit is in doubt share one deadline (see
 // inDoubt).
 func (p *Placer) outcomes(batch []*ticket, res []txResult, log Log) []Result {
-	lookup, cancel := inDoubt()
-	defer cancel()
+	var lookup inDoubt
+	defer lookup.done()
 	out := make([]Result, len(batch))
 	for i, t := range batch {
 		l := log
 		l.Queued = time.Since(t.joined)
-		out[i] = p.outcome(lookup, t, res[i], l)
+		out[i] = p.outcome(&lookup, t, res[i], l)
 	}
 	return out
 }
@@ -125,8 +125,8 @@ func (p *Placer) sellNothing(ctx context.Context, batch []*ticket, lock bool) ([
 		p.Log.Warn("sold-out answers not saved; placing them", "product_id", productsOf(batch[0]), "err", err)
 		return p.placeBatch(ctx, batch, lock)
 	}
-	lookup, cancel := inDoubt()
-	defer cancel()
+	var lookup inDoubt
+	defer lookup.done()
 	out := make([]Result, len(batch))
 	var rest []*ticket
 	var restAt []int
@@ -136,7 +136,7 @@ func (p *Placer) sellNothing(ctx context.Context, batch []*ticket, lock bool) ([
 			continue
 		}
 		log := Log{Batch: len(batch), Queued: time.Since(t.joined), SoldOut: true}
-		out[i] = p.outcome(lookup, t, txResult{Placed: res[i]}, log)
+		out[i] = p.outcome(&lookup, t, txResult{Placed: res[i]}, log)
 	}
 	if len(rest) == 0 {
 		return out, nil

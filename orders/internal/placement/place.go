@@ -73,9 +73,9 @@ func (p *Placer) alone(ctx context.Context, o Order) Result {
 	t := &ticket{ctx: ctx, order: o, joined: start}
 	log := Log{Batch: 1, Queued: time.Since(start)}
 	res, _ := p.transact(ctx, []*ticket{t}, nil, &log)
-	lookup, cancel := inDoubt()
-	defer cancel()
-	return p.outcome(lookup, t, res[0], log)
+	var lookup inDoubt
+	defer lookup.done()
+	return p.outcome(&lookup, t, res[0], log)
 }
 
 // Restocked tells the placer that units of product came back to its stock

@@ -76,16 +76,34 @@ func productsOf(t *ticket) string {
 // cut off) ends after one wait, not n.
 const inDoubtWait = 3 * time.Second
 
-// inDoubt returns the context of the lookups of one transaction's orders
-// whose commit is in doubt, and its cancel.
-func inDoubt() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), inDoubtWait)
+// inDoubt is the context of the lookups of one transaction's orders
+// whose commit is in doubt, made on first use (most transactions have
+// none, and the order path makes no timer for them).
+type inDoubt struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// context returns the lookups' context, starting its deadline on first
+// use.
+func (d *inDoubt) context() context.Context {
+	if d.ctx == nil {
+		d.ctx, d.cancel = context.WithTimeout(context.Background(), inDoubtWait)
+	}
+	return d.ctx
+}
+
+// done releases the context, if one was made.
+func (d *inDoubt) done() {
+	if d.cancel != nil {
+		d.cancel()
+	}
 }
 
 // outcome turns one order's transaction result into its placement;
 // lookup is the context of the lookup that answers an order whose commit
 // is in doubt (see inDoubt).
-func (p *Placer) outcome(lookup context.Context, t *ticket, r txResult, log Log) Result {
+func (p *Placer) outcome(lookup *inDoubt, t *ticket, r txResult, log Log) Result {
 	res := Result{Log: log}
 	err := r.err
 	if err == nil {
@@ -121,7 +139,7 @@ func (p *Placer) outcome(lookup context.Context, t *ticket, r txResult, log Log)
 		// The transaction failed in a way that may or may not have
 		// committed. Postgres can tell.
 		p.Log.Error("place order failed", "err", err)
-		*a, res.Verdict = p.ambiguous(lookup, t.order.Req)
+		*a, res.Verdict = p.ambiguous(lookup.context(), t.order.Req)
 		res.Log.Result = "error"
 	}
 	return res
