@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"runtime/pprof"
 	"strings"
@@ -79,6 +81,16 @@ func TestProcGroups(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
+	// Until the child has exec'd, its command line is this test binary's.
+	for wait := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
+		if strings.Contains(string(b), dir) {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatalf("the child's command line never named %s: %q", dir, b)
+		}
+	}
 	g := newProcGroups(map[string]string{"pgha1": dir})
 	if got := g.classify("pg_autoctl", []int{cmd.Process.Pid}); got != "pgha1" {
 		t.Fatalf("classify = %q, want pgha1", got)
