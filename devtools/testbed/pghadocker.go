@@ -133,7 +133,16 @@ func (p *dockerProvider) pghaRunner(srv server, port int, runAs *user.User) (pgh
 	if runAs != nil {
 		uid, gid = runAs.Uid, runAs.Gid
 	}
-	return &pghaDockerRunner{p: p, srv: srv, port: port, user: uid + ":" + gid, groupDir: filepath.Dir(srv.dir)}, nil
+	r := &pghaDockerRunner{p: p, srv: srv, port: port, user: uid + ":" + gid, groupDir: filepath.Dir(srv.dir)}
+	for _, kv := range srv.env {
+		if dir, ok := strings.CutPrefix(kv, "PGHOST="); ok {
+			r.sockDir = dir
+		}
+	}
+	if r.sockDir == "" {
+		return nil, fmt.Errorf("%s: no socket directory (PGHOST) in its environment", srv.name)
+	}
+	return r, nil
 }
 
 // pghaDockerRunner runs a member's pg_autoctl service as a container of
@@ -157,7 +166,8 @@ type pghaDockerRunner struct {
 	srv      server
 	port     int
 	user     string // uid:gid
-	groupDir string
+	groupDir string // bind-mounted: every member's directory and sockDir
+	sockDir  string // the group's socket directory
 
 	mu      sync.Mutex
 	c       *testcontainers.DockerContainer
@@ -192,6 +202,9 @@ func (r *pghaDockerRunner) start(ctx context.Context, _ []int, mode dataMode) ([
 	if err := r.removeLocked(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.removeStale(); err != nil {
+		return nil, err
+	}
 	r.logFrom = 0
 	if fi, err := os.Stat(r.logPath()); err == nil {
 		r.logFrom = fi.Size()
@@ -202,6 +215,33 @@ func (r *pghaDockerRunner) start(ctx context.Context, _ []int, mode dataMode) ([
 	}
 	r.c = c
 	return []string{loopback(r.port)}, nil
+}
+
+// removeStale removes the lock files that name the processes of the
+// member's last container, which has ended: pg_autoctl's pidfile (under
+// XDG_RUNTIME_DIR), Postgres's postmaster.pid and its socket's lock file.
+// A new container numbers its processes from 1 again, so the process a
+// stale file names is often alive there, the new service itself or
+// another one, and pg_autoctl then refuses to start ("An instance of
+// pg_autoctl is already running with PID 7"; seen in one run in two), as
+// Postgres would ("lock file already exists").
+func (r *pghaDockerRunner) removeStale() error {
+	run := filepath.Join(r.srv.dir, "xdg", "run")
+	ents, err := os.ReadDir(run)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		errs = append(errs, os.RemoveAll(filepath.Join(run, e.Name())))
+	}
+	sock := filepath.Join(r.sockDir, ".s.PGSQL."+strconv.Itoa(r.port))
+	for _, f := range []string{filepath.Join(r.srv.dataDir(), "postmaster.pid"), sock + ".lock", sock} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (r *pghaDockerRunner) removeLocked(ctx context.Context) error {
