@@ -21,6 +21,9 @@ type dockerProvider struct {
 	redisImage    string
 	etcdImage     string
 	postgresImage string
+	// pghaBins are the image's programs that a Postgres HA group runs,
+	// found when the bed has one (see probePGHA).
+	pghaBins pghaBins
 	// tmp holds the nodes' data directories, bind-mounted into their
 	// containers, and the clock files.
 	tmp string
@@ -60,7 +63,7 @@ func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, erro
 	if opts.Etcd > 0 {
 		need = append(need, p.etcdImage)
 	}
-	if opts.Postgres {
+	if opts.Postgres || opts.PostgresHA {
 		need = append(need, p.postgresImage)
 	}
 	for _, img := range need {
@@ -83,6 +86,10 @@ func newDockerProvider(ctx context.Context, opts Options) (*dockerProvider, erro
 		return nil, err
 	}
 	p.cli, p.tmp = cli, dir
+	if err := p.probePGHA(ctx, opts); err != nil {
+		_ = p.close()
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -16,7 +16,12 @@ import (
 // PostgresGroup is the bed's Postgres HA group, run by pg_auto_failover
 // (Debian's postgresql-15-auto-failover): a monitor and two data nodes, a
 // primary and a synchronous standby, each a `pg_autoctl run` service (a
-// keeper and its Postgres) on this machine.
+// keeper and its Postgres): a process tree on this machine with the local
+// provider, a container of the Postgres image in the host's network with
+// the docker one (docker-init, then the service), its files in both cases
+// in the bed's directory on this machine (a container has them
+// bind-mounted at the same paths). Every fault and every method below
+// works the same on both.
 //
 // Every data node sits behind a loopback proxy, its Addr, and registers
 // that address with the monitor as its own (pg_autoctl create postgres
@@ -43,6 +48,7 @@ type PostgresGroup struct {
 
 	dir      string
 	sock     string
+	prov     pghaProvider
 	runAs    *user.User
 	bins     pghaBins
 	timeouts PostgresHATimeouts
@@ -101,7 +107,7 @@ var ErrNoPrimary = errors.New("testbed: the Postgres HA group has no primary")
 // startPostgresGroup starts the group on p and waits until it has a primary
 // and a synchronous standby. On error nothing is left running.
 func startPostgresGroup(ctx context.Context, p provider, opts Options) (*PostgresGroup, error) {
-	g, err := newPostgresGroup(p, opts)
+	g, err := newPostgresGroup(ctx, p, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +120,7 @@ func startPostgresGroup(ctx context.Context, p provider, opts Options) (*Postgre
 	}
 	g.monPort = g.monitor.ports[0]
 	for i := range 2 {
-		n, err := g.newDataNode(p, opts, i)
+		n, err := g.newDataNode(opts, i)
 		if n != nil {
 			g.Nodes = append(g.Nodes, n)
 		}
@@ -129,7 +135,7 @@ func startPostgresGroup(ctx context.Context, p provider, opts Options) (*Postgre
 		defer close(inited)
 		initErr = g.Nodes[0].initdb(ctx)
 	}()
-	if err = g.startMonitor(ctx, p, opts); err != nil {
+	if err = g.startMonitor(ctx, opts); err != nil {
 		err = fmt.Errorf("%s: %w", pghaMonitor, err)
 	}
 	<-inited
@@ -155,30 +161,24 @@ func startPostgresGroup(ctx context.Context, p provider, opts Options) (*Postgre
 	return g, nil
 }
 
-// newPostgresGroup finds the programs and the postgres user and creates the
-// group's directories.
-func newPostgresGroup(p provider, opts Options) (*PostgresGroup, error) {
-	if _, ok := p.(*localProvider); !ok {
-		return nil, fmt.Errorf("the %s provider cannot run it (only the local one): %w", p.name(), errors.ErrUnsupported)
+// newPostgresGroup creates the group's directories and has p find the
+// programs and the user the members run as.
+func newPostgresGroup(ctx context.Context, p provider, opts Options) (*PostgresGroup, error) {
+	hp, ok := p.(pghaProvider)
+	if !ok {
+		return nil, fmt.Errorf("the %s provider cannot run it: %w", p.name(), errors.ErrUnsupported)
 	}
-	g := &PostgresGroup{dir: filepath.Join(p.dir(), "pgha"), cut: map[*PostgresHANode]bool{}, held: map[*PostgresHANode]bool{}}
+	g := &PostgresGroup{dir: filepath.Join(p.dir(), "pgha"), prov: hp, cut: map[*PostgresHANode]bool{}, held: map[*PostgresHANode]bool{}}
 	g.sock = filepath.Join(g.dir, "sock")
 	g.timeouts = FastPostgresHATimeouts()
 	if opts.PostgresHATimeouts != nil {
 		g.timeouts = *opts.PostgresHATimeouts
 	}
-	var err error
-	if g.bins, err = findPGHABins(); err != nil {
+	if err := os.MkdirAll(g.sock, 0o700); err != nil {
 		return nil, err
 	}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root needs the postgres OS user (it comes with PostgreSQL's package): %w", err)
-		}
-		g.runAs = u
-	}
-	if err := os.MkdirAll(g.sock, 0o700); err != nil {
+	var err error
+	if g.bins, g.runAs, err = hp.pghaSetup(ctx, g.dir); err != nil {
 		return nil, err
 	}
 	if g.runAs != nil {

@@ -19,13 +19,13 @@ import (
 	"github.com/quorumlock/quorumlock/devtools/testbed/bedtest"
 )
 
-// startGroup starts a bed with a Postgres HA group, on the local provider
-// (the only one that runs it), and logs how long the start took.
+// startGroup starts a bed with a Postgres HA group, on the provider
+// QUORUMLOCK_TESTBED names, and logs how long the start took.
 func startGroup(t *testing.T) (*testbed.Bed, *testbed.PostgresGroup) {
 	t.Helper()
 	start := time.Now()
-	b := bedtest.Start(t, testbed.Options{PostgresHA: true, Provider: testbed.ProviderLocal})
-	t.Logf("the group started in %v", time.Since(start).Round(time.Millisecond))
+	b := bedtest.Start(t, testbed.Options{PostgresHA: true})
+	t.Logf("the group started on %s in %v", b.Provider, time.Since(start).Round(time.Millisecond))
 	g := b.PostgresHA
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -3,11 +3,7 @@ package testbed
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,29 +78,14 @@ func (n *PostgresHANode) setHeld(held bool) error {
 // processes, not to Postgres) so that it does not undo the promotion. The
 // node stays out of the monitor's hands until it is restarted or killed.
 func (n *PostgresHANode) PromoteByHand(ctx context.Context) error {
-	tr, ok := n.run.(*treeRunner)
+	run, ok := n.run.(pghaRunner)
 	if !ok {
-		return fmt.Errorf("%s: not a local service", n.Name())
+		return fmt.Errorf("%s: not a member of the group", n.Name())
 	}
-	p, err := tr.current()
-	if err != nil {
-		return err
-	}
-	tree, err := descendants(p.cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	var keeper []int
-	for _, pid := range tree {
-		if comm, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm")); err == nil && strings.TrimSpace(string(comm)) == "pg_autoctl" {
-			_ = syscall.Kill(pid, syscall.SIGSTOP)
-			keeper = append(keeper, pid)
-		}
-	}
-	if err := waitStopped(ctx, keeper); err != nil {
+	if err := run.freezeKeeper(ctx); err != nil {
 		return fmt.Errorf("%s: freeze the keeper: %w", n.Name(), err)
 	}
-	if err := n.g.runIn(ctx, n.srv, n.g.bins.pgctl, "promote", "-D", n.srv.dataDir(), "-w", "-t", "30"); err != nil {
+	if err := n.g.exec(ctx, n.node, n.g.bins.pgctl, "promote", "-D", n.srv.dataDir(), "-w", "-t", "30"); err != nil {
 		return fmt.Errorf("%s: promote: %w", n.Name(), err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -256,11 +255,11 @@ func (n *PostgresHANode) setKeeperConf(ctx context.Context, settings [][2]string
 	if fi, err := os.Stat(logPath); err == nil {
 		from = fi.Size()
 	}
-	p, err := n.run.(*treeRunner).current()
-	if err == nil {
-		err = p.signal(syscall.SIGHUP)
+	run, ok := n.run.(pghaRunner)
+	if !ok {
+		return fmt.Errorf("%s: not a member of the group", n.Name())
 	}
-	if err != nil {
+	if err := run.reload(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

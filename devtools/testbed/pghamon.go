@@ -8,7 +8,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 
 // startMonitor creates the monitor's Postgres and pg_auto_failover's
 // extension in it, and starts its pg_autoctl service on a loopback port.
-func (g *PostgresGroup) startMonitor(ctx context.Context, p provider, opts Options) error {
+func (g *PostgresGroup) startMonitor(ctx context.Context, opts Options) error {
 	nd, port := g.monitor, g.monPort
 	srv, err := g.memberServer(pghaMonitor, port, opts, func(ctx context.Context, _ []string) error {
 		return g.onPort(ctx, port, pghaMonitorDB, func(c *pgx.Conn) error {
@@ -28,20 +27,20 @@ func (g *PostgresGroup) startMonitor(ctx context.Context, p provider, opts Optio
 	if err != nil {
 		return err
 	}
-	conf := append(g.commonConf(pghaMonitor), g.timeouts.monitorConf()...)
-	if err := g.initdb(ctx, srv, conf, monitorHBA); err != nil {
+	if err := g.setRunner(nd, srv, port); err != nil {
 		return err
 	}
-	err = g.runIn(ctx, srv, g.bins.autoctl, "create", "monitor", "--pgctl", g.bins.pgctl, "--pgdata", srv.dataDir(),
+	conf := append(g.commonConf(pghaMonitor), g.timeouts.monitorConf()...)
+	if err := g.initdb(ctx, nd, conf, monitorHBA); err != nil {
+		return err
+	}
+	err = g.exec(ctx, nd, g.bins.autoctl, "create", "monitor", "--pgctl", g.bins.pgctl, "--pgdata", srv.dataDir(),
 		"--pgport", strconv.Itoa(port), "--hostname", "127.0.0.1", "--skip-pg-hba", "--no-ssl")
 	if err == nil {
 		// create monitor has no --listen; without this it listens on '*'.
-		err = g.runIn(ctx, srv, g.bins.autoctl, "config", "set", "--pgdata", srv.dataDir(), "postgresql.listen_addresses", "127.0.0.1")
+		err = g.exec(ctx, nd, g.bins.autoctl, "config", "set", "--pgdata", srv.dataDir(), "postgresql.listen_addresses", "127.0.0.1")
 	}
 	if err != nil {
-		return err
-	}
-	if err := g.setRunner(p, nd, srv, port); err != nil {
 		return err
 	}
 	return nd.start(ctx, dataKeep)
@@ -78,18 +77,14 @@ func (g *PostgresGroup) memberServer(name string, port int, opts Options, probe 
 	return srv, nil
 }
 
-// setRunner gives nd its server and a runner that sends faults to the
-// service's whole process tree.
-func (g *PostgresGroup) setRunner(p provider, nd *node, srv server, port int) error {
-	run, err := p.runner(srv)
+// setRunner gives nd its server and the provider's runner of a member's
+// service, which sends faults to the whole service.
+func (g *PostgresGroup) setRunner(nd *node, srv server, port int) error {
+	run, err := g.prov.pghaRunner(srv, port, g.runAs)
 	if err != nil {
 		return err
 	}
-	lr, ok := run.(*localRunner)
-	if !ok {
-		return fmt.Errorf("%s: not a local process: %w", srv.name, errors.ErrUnsupported)
-	}
-	nd.srv, nd.run = srv, &treeRunner{localRunner: lr, port: port}
+	nd.srv, nd.run = srv, run
 	return nil
 }
 
@@ -111,45 +106,31 @@ func (g *PostgresGroup) commonConf(name string) [][2]string {
 	}
 }
 
-// initdb initialises the data directory of srv and writes its settings.
-// --no-sync only skips initdb's own final flush: the server runs with
-// fsync on, so a commit it acknowledges is on disk.
-func (g *PostgresGroup) initdb(ctx context.Context, srv server, conf [][2]string, hba string) error {
-	data := srv.dataDir()
-	err := g.runIn(ctx, srv, g.bins.initdb, "-D", data, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+// initdb initialises the data directory of member nd and writes its
+// settings. --no-sync only skips initdb's own final flush: the server runs
+// with fsync on, so a commit it acknowledges is on disk.
+func (g *PostgresGroup) initdb(ctx context.Context, nd *node, conf [][2]string, hba string) error {
+	data := nd.srv.dataDir()
+	err := g.exec(ctx, nd, g.bins.initdb, "-D", data, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if err != nil {
 		return err
 	}
 	return writePGConf(data, conf, hba)
 }
 
-// runIn runs a command to completion as the member's user and in its
-// environment, with its output in the member's log. When ctx ends first,
-// the command and every process it started are killed.
-func (g *PostgresGroup) runIn(ctx context.Context, srv server, argv ...string) error {
-	logPath := filepath.Join(srv.dir, srv.kind+".log")
-	pr, err := startProc(argv, srv.env, logPath, g.runAs)
-	if err != nil {
-		return err
+// exec runs a command to completion as member nd's user and in its
+// environment, with its output in the member's log (see pghaRunner.exec).
+func (g *PostgresGroup) exec(ctx context.Context, nd *node, argv ...string) error {
+	run, ok := nd.run.(pghaRunner)
+	if !ok {
+		return fmt.Errorf("%s: not a member of the group: %w", nd.Name(), errors.ErrUnsupported)
 	}
-	what := filepath.Base(argv[0]) + " " + strings.Join(argv[1:min(3, len(argv))], " ")
-	select {
-	case <-pr.done:
-		if pr.err != nil {
-			return fmt.Errorf("%s: %w\n%s", what, pr.err, tail(logPath, 3000))
-		}
-		return nil
-	case <-ctx.Done():
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		r := &treeRunner{localRunner: &localRunner{proc: pr, srv: srv}}
-		return errors.Join(fmt.Errorf("%s: %w\n%s", what, ctx.Err(), tail(logPath, 3000)), r.killTree(kctx))
-	}
+	return run.exec(ctx, argv...)
 }
 
 // runCtl runs pg_autoctl with args in the environment of member nd.
 func (g *PostgresGroup) runCtl(ctx context.Context, nd *node, args ...string) error {
-	return g.runIn(ctx, nd.srv, append([]string{g.bins.autoctl}, args...)...)
+	return g.exec(ctx, nd, append([]string{g.bins.autoctl}, args...)...)
 }
 
 // monitorURI is the monitor's URI for a keeper that reaches it at addr.

@@ -24,8 +24,10 @@ import (
 //
 // Kill sends SIGKILL to the service and every process under it (keeper,
 // Postgres and its backends), Pause and Resume SIGSTOP and SIGCONT to all
-// of them, and Restart starts `pg_autoctl run` again with the node's data:
-// the keeper rejoins the group in whatever role the monitor assigns.
+// of them (on docker: docker kill, and docker pause and unpause, which
+// freeze every process of the node's container), and Restart starts
+// `pg_autoctl run` again with the node's data: the keeper rejoins the
+// group in whatever role the monitor assigns.
 // AddLatency delays what the node sends through its proxy.
 type PostgresHANode struct {
 	*node
@@ -48,7 +50,7 @@ type PostgresHANode struct {
 // newDataNode starts the proxy of data node i and gives the node its
 // server and runner. On error the node it returns, when not nil, must be
 // closed.
-func (g *PostgresGroup) newDataNode(p provider, opts Options, i int) (*PostgresHANode, error) {
+func (g *PostgresGroup) newDataNode(opts Options, i int) (*PostgresHANode, error) {
 	name := fmt.Sprintf("pgha%d", i+1)
 	px, port, err := newFrontProxy(name)
 	if err != nil {
@@ -64,7 +66,7 @@ func (g *PostgresGroup) newDataNode(p provider, opts Options, i int) (*PostgresH
 	})
 	srv.args = func([]int, dataMode) []string { return n.args() }
 	if err == nil {
-		err = g.setRunner(p, nd, srv, port)
+		err = g.setRunner(nd, srv, port)
 	}
 	return n, err
 }
@@ -99,7 +101,7 @@ func newFrontProxy(name string) (*nodeProxy, int, error) {
 // its own from a base backup of the primary.
 func (n *PostgresHANode) initdb(ctx context.Context) error {
 	conf := append(n.g.commonConf("pgha"), n.g.timeouts.dataConf()...)
-	if err := n.g.initdb(ctx, n.srv, conf, dataHBA); err != nil {
+	if err := n.g.initdb(ctx, n.node, conf, dataHBA); err != nil {
 		return fmt.Errorf("%s: %w", n.Name(), err)
 	}
 	return nil

@@ -6,12 +6,73 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
+
+// pghaProvider is a provider that runs the group's members: the local
+// one (a process tree per member) and the docker one (a container per
+// member).
+type pghaProvider interface {
+	provider
+	// pghaSetup prepares the group's directory dir, which exists, and
+	// returns the group's programs as its services see them and the OS user
+	// they run as (nil: the bed's own).
+	pghaSetup(ctx context.Context, dir string) (pghaBins, *user.User, error)
+	// pghaRunner returns what runs the service of member srv, whose one
+	// port is port, as runAs.
+	pghaRunner(srv server, port int, runAs *user.User) (pghaRunner, error)
+}
+
+// pghaRunner runs a member's pg_autoctl service, and the member's other
+// commands, on one provider. Its faults act on the whole service: keeper,
+// Postgres and its backends.
+type pghaRunner interface {
+	runner
+	// exec runs argv to completion as the member's user and in its
+	// environment, with its output in the member's log: inside the
+	// member's service when it runs (pg_ctl promote signals its Postgres),
+	// on its own otherwise.
+	exec(ctx context.Context, argv ...string) error
+	// reload sends SIGHUP to the service, which has its keeper reload its
+	// configuration.
+	reload(ctx context.Context) error
+	// freezeKeeper stops the service's pg_autoctl processes (SIGSTOP), not
+	// its Postgres, and returns once they are stopped.
+	freezeKeeper(ctx context.Context) error
+}
+
+// pghaSetup finds the machine's programs and, when the bed runs as root,
+// the postgres user the services run as (PostgreSQL refuses root).
+func (p *localProvider) pghaSetup(_ context.Context, _ string) (pghaBins, *user.User, error) {
+	bins, err := findPGHABins()
+	if err != nil || os.Geteuid() != 0 {
+		return bins, nil, err
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return bins, nil, fmt.Errorf("running as root needs the postgres OS user (it comes with PostgreSQL's package): %w", err)
+	}
+	return bins, u, nil
+}
+
+// pghaRunner runs the service as a process tree of this machine.
+func (p *localProvider) pghaRunner(srv server, port int, _ *user.User) (pghaRunner, error) {
+	run, err := p.runner(srv)
+	if err != nil {
+		return nil, err
+	}
+	lr, ok := run.(*localRunner)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a local process: %w", srv.name, errors.ErrUnsupported)
+	}
+	return &treeRunner{localRunner: lr, port: port}, nil
+}
 
 // treeRunner runs a pg_autoctl service as a local process and sends its
 // faults to the whole process tree: pg_autoctl supervises a keeper and a
@@ -55,6 +116,60 @@ func (r *treeRunner) resume(context.Context) error {
 }
 
 func (r *treeRunner) kill(ctx context.Context) error { return r.killTree(ctx) }
+
+// exec runs argv as a process of this machine. When ctx ends first, the
+// command and every process it started are killed.
+func (r *treeRunner) exec(ctx context.Context, argv ...string) error {
+	logPath := r.logPath()
+	pr, err := startProc(argv, r.srv.env, logPath, r.runAs)
+	if err != nil {
+		return err
+	}
+	what := filepath.Base(argv[0]) + " " + strings.Join(argv[1:min(3, len(argv))], " ")
+	select {
+	case <-pr.done:
+		if pr.err != nil {
+			return fmt.Errorf("%s: %w\n%s", what, pr.err, tail(logPath, 3000))
+		}
+		return nil
+	case <-ctx.Done():
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		k := &treeRunner{localRunner: &localRunner{proc: pr, srv: r.srv}}
+		return errors.Join(fmt.Errorf("%s: %w\n%s", what, ctx.Err(), tail(logPath, 3000)), k.killTree(kctx))
+	}
+}
+
+// reload sends SIGHUP to the service's process, which passes it on to
+// the keeper.
+func (r *treeRunner) reload(context.Context) error {
+	p, err := r.current()
+	if err != nil {
+		return err
+	}
+	return p.signal(syscall.SIGHUP)
+}
+
+// freezeKeeper sends SIGSTOP to the processes of the service's tree that
+// run pg_autoctl.
+func (r *treeRunner) freezeKeeper(ctx context.Context) error {
+	p, err := r.current()
+	if err != nil {
+		return err
+	}
+	tree, err := descendants(p.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	var keeper []int
+	for _, pid := range tree {
+		if comm, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm")); err == nil && strings.TrimSpace(string(comm)) == kindAutoctl {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			keeper = append(keeper, pid)
+		}
+	}
+	return waitStopped(ctx, keeper)
+}
 
 // close kills the tree: the bed throws the group's data away, so nothing
 // is gained by a clean shutdown.

@@ -21,14 +21,17 @@
 //     their directories bind-mounted at the same paths, so they start as
 //     the local processes do and etcd's peer traffic crosses the same
 //     proxies; this needs an engine on this machine. Postgres runs the
-//     image's own way, on a published port.
+//     image's own way, on a published port. The members of the Postgres
+//     HA group run pg_autoctl from the Postgres image in the host's
+//     network too, one container each.
 //   - local: redis-server, etcd and postgres processes from the machine's
 //     packages (Debian's etcd-server for etcd), on free loopback ports,
 //     with their data in a temporary directory.
 //
 // QUORUMLOCK_TESTBED=docker|local|auto chooses; auto (the default) takes
 // docker when the engine answers and the images the bed runs exist (the
-// etcd image only for a bed with etcd), else local. A provider that cannot
+// etcd image only for a bed with etcd; for a bed with a Postgres HA group,
+// a Postgres image with pg_auto_failover), else local. A provider that cannot
 // start fails the test with a message that says how to fix it; the bed
 // never skips a test.
 //
@@ -51,12 +54,12 @@
 // JSON gateway and links neither etcd's client nor gRPC; clients of the
 // members come from devtools/testbed/etcdbed.
 //
-// With Options.PostgresHA, on the local provider only, the bed also runs a
-// Postgres HA group (PostgresGroup): a pg_auto_failover monitor and two
-// data nodes, a primary and a synchronous standby, whose multi-host URI
-// reaches whichever is the primary. Each data node sits behind a proxy
-// whose address it registers with the monitor, so clients, replication and
-// the monitor's health checks all cross it. Its nodes have Pause/Resume,
+// With Options.PostgresHA, on both providers, the bed also runs a Postgres
+// HA group (PostgresGroup): a pg_auto_failover monitor and two data nodes,
+// a primary and a synchronous standby, whose multi-host URI reaches
+// whichever is the primary. Each data node sits behind a proxy whose
+// address it registers with the monitor, so clients, replication and the
+// monitor's health checks all cross it. Its nodes have Pause/Resume,
 // Kill/Restart (the whole pg_autoctl service: keeper, Postgres and its
 // backends), Partition/Heal (from clients, the monitor and the other node)
 // and AddLatency; the group has Switchover, and tells which node is the
@@ -135,8 +138,9 @@ type Options struct {
 	Postgres bool
 	// PostgresHA starts a Postgres HA group when true: a pg_auto_failover
 	// monitor, a primary and a synchronous standby (see PostgresGroup).
-	// It runs on the local provider only: auto picks local for it, and
-	// docker refuses it.
+	// It runs on both providers; on docker, the Postgres image must have
+	// pg_auto_failover (the one `make images` builds has it), and auto
+	// picks local when it has not.
 	PostgresHA bool
 	// PostgresHATimeouts are the group's failover settings; nil takes
 	// FastPostgresHATimeouts.
@@ -178,12 +182,6 @@ func (o Options) withDefaults() (Options, error) {
 	case ProviderDocker, ProviderLocal, ProviderAuto:
 	default:
 		return o, fmt.Errorf("testbed: unknown provider %q: want docker, local or auto (%s)", o.Provider, EnvProvider)
-	}
-	if o.PostgresHA {
-		if o.Provider == ProviderDocker {
-			return o, errors.New("testbed: Options.PostgresHA runs on the local provider only, not docker")
-		}
-		o.Provider = ProviderLocal
 	}
 	switch o.AppendFsync {
 	case "":
