@@ -139,8 +139,9 @@ type Options struct {
 	// PostgresHA starts a Postgres HA group when true: a pg_auto_failover
 	// monitor, a primary and a synchronous standby (see PostgresGroup).
 	// It runs on both providers; on docker, the Postgres image must have
-	// pg_auto_failover (the one `make images` builds has it), and auto
-	// picks local when it has not.
+	// pg_auto_failover (the one `make images` builds has it). auto picks
+	// local for a bed with the group while local processes can run it
+	// (the failover suites were measured and tuned there), else docker.
 	PostgresHA bool
 	// PostgresHATimeouts are the group's failover settings; nil takes
 	// FastPostgresHATimeouts.
@@ -182,6 +183,11 @@ func (o Options) withDefaults() (Options, error) {
 	case ProviderDocker, ProviderLocal, ProviderAuto:
 	default:
 		return o, fmt.Errorf("testbed: unknown provider %q: want docker, local or auto (%s)", o.Provider, EnvProvider)
+	}
+	if o.PostgresHA && o.Provider == ProviderAuto {
+		if _, err := findPGHABins(); err == nil {
+			o.Provider = ProviderLocal
+		}
 	}
 	switch o.AppendFsync {
 	case "":
