@@ -87,7 +87,7 @@
 //
 // Postgres (-postgres): the instances' database is the bed's single
 // Postgres (single), its Postgres HA group (ha: a pg_auto_failover monitor,
-// a primary and a synchronous standby, on the local provider only) or
+// a primary and a synchronous standby) or
 // both (both: every run is made once on each, one after the other, and the
 // report sets them side by side). On the HA group every commit also waits
 // for the standby. The instances reach the group through its multi-host
@@ -261,7 +261,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.lockRule, "lock-rule", "contended", "which batches take the lock in lock mode (ordersd's ORDERS_LOCK): contended (auto) or always (on)")
 	fs.IntVar(&c.busyBuyers, "busy-buyers", 300, fmt.Sprintf("busy: closed-loop buyers of the popular product (1..%d)", maxClients))
 	fs.IntVar(&c.poolConns, "pg-conns", 0, "pgx pool size of each instance (0: the pgx default, as ordersd)")
-	pg := fs.String("postgres", pgSingle, "the instances' database: single (the bed's Postgres), ha (its Postgres HA group, a primary and a synchronous standby; local provider) or both (every run on each, side by side)")
+	pg := fs.String("postgres", pgSingle, "the instances' database: single (the bed's Postgres), ha (its Postgres HA group, a primary and a synchronous standby) or both (every run on each, side by side)")
 	fs.StringVar(&c.haClients, "ha-clients", haViaProxy, "how the instances reach the HA group: proxy (its multi-host URI, through the bed's proxies, as ordersd on the bed) or direct (the nodes' own addresses)")
 	fs.BoolVar(&c.cpuSplit, "cpu-split", false, "measure each closed-loop run's CPU time per process of the bed and per role in this process over its window (not with -cpuprofile)")
 	fs.StringVar(&c.fsync, "fsync", testbed.FsyncEverySec, "appendfsync of the bed's Redis masters: always, everysec or off")

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/devtools/testbed"
 )
 
 func TestParsePostgres(t *testing.T) {
@@ -206,14 +205,3 @@ func checkHARun(t *testing.T, r runJSON, primary string) {
 	}
 }
 
-// TestHAUnsupportedOnDocker: -postgres ha asks for the local provider,
-// which the bed refuses to replace with docker.
-func TestHAUnsupportedOnDocker(t *testing.T) {
-	t.Setenv(testbed.EnvProvider, testbed.ProviderDocker)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := run(ctx, []string{"-postgres", "ha", "-scenarios", "hot", "-clients", "1", "-quiet"}, new(strings.Builder))
-	if err == nil || !strings.Contains(err.Error(), "local provider only") {
-		t.Fatalf("run on docker: %v", err)
-	}
-}
