@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 func TestParsePostgres(t *testing.T) {
@@ -204,4 +203,3 @@ func checkHARun(t *testing.T, r runJSON, primary string) {
 		t.Errorf("%s: primary %q, cpu %+v", name, r.PrimaryBefore, c)
 	}
 }
-
