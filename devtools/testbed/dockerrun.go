@@ -100,12 +100,15 @@ func (r *dockerRunner) request(ports []int, mode dataMode) testcontainers.Contai
 	}
 }
 
-func (r *dockerRunner) removeLocked(ctx context.Context) error {
-	if r.c == nil {
+func (r *dockerRunner) removeLocked(ctx context.Context) error { return removeContainer(ctx, &r.c) }
+
+// removeContainer terminates *c, if any, and forgets it.
+func removeContainer(ctx context.Context, c **testcontainers.DockerContainer) error {
+	if *c == nil {
 		return nil
 	}
-	err := r.c.Terminate(ctx)
-	r.c = nil
+	err := (*c).Terminate(ctx)
+	*c = nil
 	if err != nil {
 		return fmt.Errorf("remove old container: %w", err)
 	}

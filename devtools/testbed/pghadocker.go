@@ -244,17 +244,7 @@ func (r *pghaDockerRunner) removeStale() error {
 	return errors.Join(errs...)
 }
 
-func (r *pghaDockerRunner) removeLocked(ctx context.Context) error {
-	if r.c == nil {
-		return nil
-	}
-	err := r.c.Terminate(ctx)
-	r.c = nil
-	if err != nil {
-		return fmt.Errorf("remove old container: %w", err)
-	}
-	return nil
-}
+func (r *pghaDockerRunner) removeLocked(ctx context.Context) error { return removeContainer(ctx, &r.c) }
 
 func (r *pghaDockerRunner) container() (*testcontainers.DockerContainer, error) {
 	r.mu.Lock()
