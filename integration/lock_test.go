@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -218,7 +219,8 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 			opts := []quorum.Option{quorum.WithTTL(ttl), quorum.WithNodeTimeout(nodeTimeout),
 				quorum.WithRetry(quorum.Retry{Attempts: 5, BaseDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond}),
 				quorum.WithFencer(issuer), quorum.WithAmnesiaGuard(guard), quorum.WithAmnesiaWindow(ttl)}
-			a, err := quorum.New(clientsOf(bedtest.RedisClients(t, bed)), opts...)
+			failedA := newAcquireFailures("guarded:counter")
+			a, err := quorum.New(clientsOf(bedtest.RedisClients(t, bed)), append(slices.Clone(opts), quorum.WithObserver(failedA))...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -246,6 +248,10 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 				t.Fatalf("A: %v", err)
 			}
 			fromA := time.Now()
+			// A's requests to 3 and 4 end at their deadline. Healed before
+			// then, a request still queued on a loaded machine would reach
+			// its node and set A's token there too.
+			failedA.await(t, ctx, 3, 4)
 			for _, n := range bed.Redis[3:] {
 				if err := n.Heal(ctx); err != nil {
 					t.Fatal(err)
@@ -312,6 +318,60 @@ func TestAmnesiaDoubleGrantIsCaughtAndFenced(t *testing.T) {
 				t.Fatalf("fencing verdict: %v", v)
 			}
 		})
+	}
+}
+
+// acquireFailures is an Observer that hears, for one key, how many
+// attempts each acquisition made and which node requests failed.
+type acquireFailures struct {
+	lease.NopObserver
+	key      string
+	attempts chan int
+	failed   chan int
+}
+
+func newAcquireFailures(key string) *acquireFailures {
+	return &acquireFailures{key: key, attempts: make(chan int, 16), failed: make(chan int, 256)}
+}
+
+// ObserveAcquire hears the number of attempts of an acquisition.
+func (o *acquireFailures) ObserveAcquire(e lease.AcquireEvent) {
+	if e.Key == o.key {
+		select {
+		case o.attempts <- e.Attempts:
+		default:
+		}
+	}
+}
+
+// ObserveNodeError hears a failed acquire request on a node.
+func (o *acquireFailures) ObserveNodeError(e lease.NodeEvent) {
+	if e.Key == o.key && e.Op == quorum.OpAcquire.String() {
+		select {
+		case o.failed <- e.Node:
+		default:
+		}
+	}
+}
+
+// await waits until every attempt of the acquisition just made has failed
+// on each of nodes, so none of its requests can still reach them.
+func (o *acquireFailures) await(t *testing.T, ctx context.Context, nodes ...int) {
+	t.Helper()
+	var attempts int
+	select {
+	case attempts = <-o.attempts:
+	case <-ctx.Done():
+		t.Fatalf("no acquisition of %s was observed: %v", o.key, ctx.Err())
+	}
+	seen := make(map[int]int)
+	for slices.ContainsFunc(nodes, func(n int) bool { return seen[n] < attempts }) {
+		select {
+		case n := <-o.failed:
+			seen[n]++
+		case <-ctx.Done():
+			t.Fatalf("after %d attempts, failures seen per node %v, want each of %v: %v", attempts, seen, nodes, ctx.Err())
+		}
 	}
 }
 
