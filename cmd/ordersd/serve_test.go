@@ -48,6 +48,11 @@ func TestServe(t *testing.T) {
 	t.Setenv("ORDERS_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	t.Setenv("ORDERS_LISTEN", "127.0.0.1:0")
 	t.Setenv("ORDERS_LOCK", "on") // every order under the lock: its lease in the request log
+	// On a loaded machine the first acquisition (new connections, the
+	// scripts loaded) can outlast the default waits; the order would then
+	// be placed by Postgres alone, with no lease to log.
+	t.Setenv("ORDERS_LOCK_WAIT", "5s")
+	t.Setenv("ORDERS_NODE_TIMEOUT", "1s")
 	// The payment provider, calling back the daemon once it listens.
 	const cbSecret = "callback-secret-0123456789abcdef"
 	var daemon atomic.Value // the daemon's base URL
