@@ -53,7 +53,10 @@ func seedScenario(ctx context.Context, b *testbed.Bed, bins demoBins, base []str
 	}
 	defer payLn.Close()
 	payURL := "http://" + payLn.Addr().String()
-	env := demoEnv(base, b, b.Postgres.DSN(), payURL)
+	// The first acquisition opens the connections and loads the scripts;
+	// on a loaded machine it can outlast the default 500 ms lock wait, and
+	// the order would be placed by Postgres alone, with no lease to show.
+	env := append(demoEnv(base, b, b.Postgres.DSN(), payURL), "ORDERS_LOCK_WAIT=3s")
 	runTool := ordersdTool(ctx, bins.ordersd, env)
 	if _, err := runTool("migrate"); err != nil {
 		return err
