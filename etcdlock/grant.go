@@ -55,7 +55,7 @@ func (l *Locker) take(ctx context.Context, g *grant, retried bool) (*Lease, erro
 	defer context.AfterFunc(l.ctx, cancel)()
 	s, err := l.session(wctx)
 	if err != nil {
-		return nil, l.grantError(ctx, g, err)
+		return nil, l.grantError(ctx, wctx, g, err)
 	}
 	le := &Lease{l: l, s: s, name: g.name, start: time.Now(), lost: make(chan struct{})}
 	for _, c := range g.claims {
@@ -68,7 +68,7 @@ func (l *Locker) take(ctx context.Context, g *grant, retried bool) (*Lease, erro
 		}
 		if err != nil {
 			l.abandon(le)
-			return nil, l.grantError(ctx, g, err)
+			return nil, l.grantError(ctx, wctx, g, err)
 		}
 		le.keys = append(le.keys, h.key)
 		le.owned = append(le.owned, h)
@@ -88,12 +88,12 @@ func (l *Locker) seal(wctx, ctx context.Context, g *grant, le *Lease) (*Lease, e
 	if g.publish != nil {
 		if err := g.publish(wctx, le); err != nil {
 			l.abandon(le)
-			return nil, l.grantError(ctx, g, err)
+			return nil, l.grantError(ctx, wctx, g, err)
 		}
 	}
 	if err := le.s.hold(le); err != nil {
 		l.abandon(le)
-		return nil, l.grantError(ctx, g, err)
+		return nil, l.grantError(ctx, wctx, g, err)
 	}
 	if left := time.Until(le.Until()); left < l.cfg.margin {
 		// The session's keep-alive is stalled: a lease this close to its
@@ -140,8 +140,10 @@ func sessionGone(err error) bool {
 	return isLeaseGone(err) || errors.Is(err, concurrency.ErrSessionExpired)
 }
 
-// grantError maps a failed acquisition to package lease's sentinels.
-func (l *Locker) grantError(ctx context.Context, g *grant, err error) error {
+// grantError maps a failed acquisition to package lease's sentinels. ctx is
+// the caller's, wctx the claims' (see take): only its end is the end of the
+// wait, while a request's own timeout says etcd did not answer in time.
+func (l *Locker) grantError(ctx, wctx context.Context, g *grant, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("etcdlock: %s %q: %w", g.op, g.name, ctx.Err())
@@ -151,8 +153,14 @@ func (l *Locker) grantError(ctx context.Context, g *grant, err error) error {
 		return fmt.Errorf("etcdlock: %s %q: %w", g.op, g.name, err)
 	case errors.Is(err, concurrency.ErrLocked):
 		return fmt.Errorf("etcdlock: %s %q: %w", g.op, g.name, lease.ErrNotAcquired)
-	case errors.Is(err, context.DeadlineExceeded) && l.reachable(ctx, g.name):
+	case waitEnded(wctx, err) && l.reachable(ctx, g.name):
 		return fmt.Errorf("etcdlock: %s %q: %w: still held after %v", g.op, g.name, lease.ErrNotAcquired, g.maxWait)
 	}
 	return fmt.Errorf("etcdlock: %s %q: %w: %w", g.op, g.name, lease.ErrQuorumUnavailable, err)
+}
+
+// waitEnded reports whether err ended the claims because their wait, wctx
+// (WithMaxWait), ran out, and not because one request to etcd timed out.
+func waitEnded(wctx context.Context, err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) && errors.Is(wctx.Err(), context.DeadlineExceeded)
 }
