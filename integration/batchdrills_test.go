@@ -233,7 +233,7 @@ func (d *drill) retryKilled(products []string, replies []reply, errs []error) {
 func drillBatchStopped(t *testing.T, k *drillKit) {
 	d := newDrill(t, k, map[string]int64{"j": 1, "j2": 2, "j3": 1})
 	a := d.start("A", map[string]string{failpoint.EnvVar: string(failpoint.AfterDecrement) + "=stop@2", "ORDERS_LOCK_TTL": "2s",
-		"ORDERS_PROCESSING_LEASE": "40s"})
+		"ORDERS_NODE_TIMEOUT": "500ms", "ORDERS_PROCESSING_LEASE": "40s"})
 	done := make(chan struct{})
 	var replies []reply
 	var errs []error

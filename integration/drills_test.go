@@ -256,12 +256,18 @@ func (d *drill) start(name string, settings map[string]string) *daemon {
 		"ORDERS_REDIS_ADDRS": strings.Join(d.bed.RedisAddrs(), ","),
 		// Four connections: two batches at once, one of each kind (a
 		// batch drill's quiet orders wait behind the leader's).
-		"ORDERS_DATABASE_URL":       withParam(d.dsn, "pool_max_conns=4"),
-		"ORDERS_JWT_SECRET":         drillSecret,
-		"ORDERS_PAYMENT_URL":        d.payURL,
-		"ORDERS_MIGRATE":            "false",
-		"ORDERS_LOCK_TTL":           "3s",
-		"ORDERS_LOCK_WAIT":          "3s",
+		"ORDERS_DATABASE_URL": withParam(d.dsn, "pool_max_conns=4"),
+		"ORDERS_JWT_SECRET":   drillSecret,
+		"ORDERS_PAYMENT_URL":  d.payURL,
+		"ORDERS_MIGRATE":      "false",
+		"ORDERS_LOCK_TTL":     "3s",
+		"ORDERS_LOCK_WAIT":    "3s",
+		// The default (TTL/10, at most 250ms) is shorter than a master can
+		// take beside the other packages' servers in CI, and an attempt
+		// whose requests time out leaves its token where the SET ran: the
+		// next attempts find the key held until it expires, a TTL that is
+		// the whole lock wait. A drill with a shorter TTL sets less.
+		"ORDERS_NODE_TIMEOUT":       "1s",
 		"ORDERS_PROCESSING_LEASE":   "5s",
 		"ORDERS_PAYMENT_TIMEOUT":    "2s",
 		"ORDERS_RECONCILE_INTERVAL": "500ms",
@@ -829,7 +835,7 @@ func drillLeaseOutlived(t *testing.T, k *drillKit) {
 	// A's processing lease (budget 4/5 of it) outlasts the freeze, so the
 	// decrement, not the request's deadline, is what the fence judges.
 	a := d.start("A", with(armed(failpoint.AfterLock, failpoint.Stop),
-		"ORDERS_LOCK_TTL", "2s", "ORDERS_LOCK_WAIT", "2s", "ORDERS_PROCESSING_LEASE", "40s"))
+		"ORDERS_LOCK_TTL", "2s", "ORDERS_NODE_TIMEOUT", "500ms", "ORDERS_LOCK_WAIT", "2s", "ORDERS_PROCESSING_LEASE", "40s"))
 	b := d.start("B", map[string]string{"ORDERS_LOCK_WAIT": "10s", "ORDERS_PROCESSING_LEASE": "12s"})
 	type result struct {
 		r   reply
