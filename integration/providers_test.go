@@ -89,7 +89,9 @@ func providerRow(t *testing.T, p string) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	el, err := etcdlock.New(cli, etcdlock.WithTTL(5*time.Second))
+	// A node timeout that a loaded CI machine's etcd writes fit in (the
+	// default, TTL/10, is 500 ms).
+	el, err := etcdlock.New(cli, etcdlock.WithTTL(5*time.Second), etcdlock.WithNodeTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

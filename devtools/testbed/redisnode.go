@@ -127,9 +127,10 @@ func (n *RedisNode) Time(ctx context.Context) (time.Time, error) {
 }
 
 // Admin returns a new client that talks to the server directly, bypassing
-// the proxy and its faults. The caller closes it.
+// the proxy and its faults, with 3 s timeouts: on a loaded machine a
+// server can stall on an fsync for over a second. The caller closes it.
 func (n *RedisNode) Admin() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: n.DirectAddr(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
+	return redis.NewClient(&redis.Options{Addr: n.DirectAddr(), DialTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, MaxRetries: -1, DisableIdentity: true})
 }
 
 // aofArgs are the redis-server options for the bed's AOF policy, for a start
